@@ -1,0 +1,63 @@
+"""Typed boto3 client factories: one place that knows how every AWS call is retried.
+
+Botocore's `standard` retry mode retries throttling and transient errors with exponential backoff
+and jitter; we raise the attempt count because S3 and DynamoDB throttle in bursts when an
+annotation team uploads thousands of objects at once. Endpoints come from the environment
+(`AWS_ENDPOINT_URL`), so the same code talks to AWS or to the offline stack.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sns import SNSClient
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
+
+RETRY_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 8},
+    connect_timeout=5,
+    read_timeout=30,
+)
+
+
+@cache
+def _client(service: str) -> Any:
+    return boto3.client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]
+
+
+def s3() -> S3Client:
+    client: S3Client = _client("s3")
+    return client
+
+
+def dynamodb() -> DynamoDBClient:
+    client: DynamoDBClient = _client("dynamodb")
+    return client
+
+
+def sns() -> SNSClient:
+    client: SNSClient = _client("sns")
+    return client
+
+
+def sqs() -> SQSClient:
+    client: SQSClient = _client("sqs")
+    return client
+
+
+def stepfunctions() -> SFNClient:
+    client: SFNClient = _client("stepfunctions")
+    return client
+
+
+def reset() -> None:
+    """Forget cached clients: a cold start (the offline stack calls it when it starts)."""
+    _client.cache_clear()

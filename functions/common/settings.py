@@ -1,0 +1,52 @@
+"""Function settings: the environment the template gives each function, as pydantic models.
+
+Each function declares its own settings class; `load_settings` reads it once per cold start
+(cached per class), so two functions hosted in one process (the offline stack) never share one.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TypeVar
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from functions.common.errors import ConfigurationError
+
+
+class FunctionSettings(BaseSettings):
+    """What every function has: its region and its service name for logs, traces and metrics."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", case_sensitive=False)
+
+    aws_region: str = Field(min_length=1)
+    powertools_service_name: str = Field(min_length=1)
+
+
+class DataBucketSettings(FunctionSettings):
+    data_bucket: str = Field(min_length=3, max_length=63)
+
+
+class IntakeSettings(DataBucketSettings):
+    ledger_table: str = Field(min_length=3)
+
+
+class PrepareRunSettings(DataBucketSettings):
+    manifest_prefix: str = "dataset/manifests/"
+
+
+SettingsT = TypeVar("SettingsT", bound=FunctionSettings)
+
+
+@cache
+def load_settings(settings_class: type[SettingsT]) -> SettingsT:
+    """Read and validate the environment once; a missing variable names itself in the error."""
+    try:
+        return settings_class()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ConfigurationError(f"{settings_class.__name__} is invalid: {problems}") from exc
