@@ -1,0 +1,45 @@
+"""The boto3 clients the offline stack itself uses (not the functions': see functions/common)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import boto3
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_logs import CloudWatchLogsClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_sns import SNSClient
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_stepfunctions import SFNClient
+
+
+@dataclass(frozen=True)
+class StackClients:
+    s3: S3Client
+    sqs: SQSClient
+    sns: SNSClient
+    dynamodb: DynamoDBClient
+    secretsmanager: SecretsManagerClient
+    stepfunctions: SFNClient
+    logs: CloudWatchLogsClient
+
+    @classmethod
+    def create(cls, *, region: str, endpoint_url: str | None) -> StackClients:
+        session = boto3.session.Session(region_name=region)
+
+        def client(service: str):  # type: ignore[no-untyped-def]
+            return session.client(service, endpoint_url=endpoint_url)  # type: ignore[call-overload]
+
+        return cls(
+            s3=client("s3"),
+            sqs=client("sqs"),
+            sns=client("sns"),
+            dynamodb=client("dynamodb"),
+            secretsmanager=client("secretsmanager"),
+            stepfunctions=client("stepfunctions"),
+            logs=client("logs"),
+        )

@@ -1,0 +1,265 @@
+"""The offline stack: moto plus what moto cannot run, created from `template.yaml`.
+
+`OfflineStack` starts moto (in-process `mock_aws` for tests, `ThreadedMotoServer` on loopback for
+`retrain local up`) with its Step Functions engine on, creates the template's resources, hosts the
+functions in-process, and plays the SQS event-source mappings and the schedules. `stop()` leaves
+nothing running: executions are stopped and their threads joined before moto goes away.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from moto import mock_aws
+from moto.server import ThreadedMotoServer
+from moto.stepfunctions.parser.utils import TMP_THREADS
+
+from retrain.local.clients import StackClients
+from retrain.local.emulators import EmulatorRegistry
+from retrain.local.lambdas import LambdaRuntime
+from retrain.local.poller import SqsPoller
+from retrain.local.resources import CreatedStack, ResourceBuilder
+from retrain.local.template import Created, Resolver, TemplateError, load_template
+from retrain.local.ticker import Ticker
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_TEMPLATE = REPO_ROOT / "template.yaml"
+ACCOUNT_ID = "123456789012"  # moto's default account
+TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
+# Offline there are no credentials to protect; botocore still wants some to sign with.
+FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+
+
+@dataclass
+class StackOptions:
+    mode: Literal["mock", "server"] = "mock"
+    template: Path = DEFAULT_TEMPLATE
+    stack_name: str = "retrain-local"
+    region: str = "us-east-1"
+    parameters: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    port: int = 0
+    poll: bool = True
+    tick: bool = True
+    tick_seconds: float | None = None
+    function_environment: dict[str, str] = field(default_factory=dict)
+
+
+class OfflineStack:
+    def __init__(self, options: StackOptions | None = None) -> None:
+        self.options = options or StackOptions()
+        self.endpoint_url: str | None = None
+        self.emulators = EmulatorRegistry()
+        self._mock: Any = None
+        self._server: ThreadedMotoServer | None = None
+        self._saved_environment: dict[str, str | None] = {}
+        self._aws: StackClients | None = None
+        self._created: CreatedStack | None = None
+        self._runtime: LambdaRuntime | None = None
+        self._poller: SqsPoller | None = None
+        self._ticker: Ticker | None = None
+
+    # ------------------------------------------------------------ life cycle --
+    def start(self) -> OfflineStack:
+        options = self.options
+        template = load_template(options.template)
+        parameters = _parameters(template.parameters, options.parameters)
+        try:
+            self._start_moto()
+            aws = StackClients.create(region=options.region, endpoint_url=self.endpoint_url)
+            resolver = Resolver(options.stack_name, options.region, ACCOUNT_ID, parameters)
+            created = ResourceBuilder(template, resolver, aws).build()
+            base_environment = dict(options.function_environment)
+            if self.endpoint_url is not None:
+                base_environment["AWS_ENDPOINT_URL"] = self.endpoint_url
+            runtime = LambdaRuntime(
+                region=options.region, account_id=ACCOUNT_ID, base_environment=base_environment
+            )
+            for spec in created.functions:
+                runtime.add(spec)
+            runtime.cold_start_all()
+            self.emulators.register("lambda", "Invoke", runtime.handle_invoke)
+            self.emulators.install()
+            self._aws, self._created, self._runtime = aws, created, runtime
+            self._poller = SqsPoller(aws.sqs, runtime, options.region)
+            for mapping in created.mappings:
+                self._poller.add(mapping)
+            self._ticker = Ticker(
+                runtime,
+                region=options.region,
+                account_id=ACCOUNT_ID,
+                interval_override=options.tick_seconds,
+            )
+            for schedule in created.schedules:
+                self._ticker.add(schedule)
+            if options.poll:
+                self._poller.start()
+            if options.tick:
+                self._ticker.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop everything this stack started, in the order that leaves nothing behind."""
+        if self._ticker is not None:
+            self._ticker.stop()
+        if self._poller is not None:
+            self._poller.stop()
+        if self._aws is not None:
+            self.stop_executions()
+        self.emulators.uninstall()
+        if self._mock is not None:
+            self._mock.stop()
+            self._mock = None
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        for name, value in self._saved_environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_environment = {}
+        self._aws = self._created = self._runtime = self._poller = self._ticker = None
+
+    def __enter__(self) -> OfflineStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _set_environment(self, **variables: str) -> None:
+        for name, value in variables.items():
+            self._saved_environment.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
+
+    def _start_moto(self) -> None:
+        missing = {k: v for k, v in FAKE_CREDENTIALS.items() if not os.environ.get(k)}
+        self._set_environment(AWS_DEFAULT_REGION=self.options.region, **missing)
+        if self.options.mode == "mock":
+            self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
+            self._mock.start()
+            return
+        server = ThreadedMotoServer(
+            ip_address=self.options.host, port=self.options.port, verbose=False
+        )
+        server.start()
+        self._server = server
+        host, port = server.get_host_and_port()
+        self.endpoint_url = f"http://{host}:{port}"
+        # The Step Functions engine calls back into the server at localhost:$MOTO_PORT.
+        self._set_environment(MOTO_PORT=str(port))
+        request = urllib.request.Request(  # noqa: S310 (our own loopback server)
+            f"{self.endpoint_url}/moto-api/config",
+            data=json.dumps({"stepfunctions": {"execute_state_machine": True}}).encode(),
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10):  # noqa: S310
+            pass
+
+    # -------------------------------------------------------------- access --
+    @property
+    def aws(self) -> StackClients:
+        if self._aws is None:
+            raise RuntimeError("the offline stack is not running")
+        return self._aws
+
+    @property
+    def runtime(self) -> LambdaRuntime:
+        if self._runtime is None:
+            raise RuntimeError("the offline stack is not running")
+        return self._runtime
+
+    @property
+    def poller(self) -> SqsPoller:
+        if self._poller is None:
+            raise RuntimeError("the offline stack is not running")
+        return self._poller
+
+    @property
+    def ticker(self) -> Ticker:
+        if self._ticker is None:
+            raise RuntimeError("the offline stack is not running")
+        return self._ticker
+
+    @property
+    def created(self) -> CreatedStack:
+        if self._created is None:
+            raise RuntimeError("the offline stack is not running")
+        return self._created
+
+    def resource(self, logical_id: str) -> Created:
+        try:
+            return self.created.resources[logical_id]
+        except KeyError:
+            raise KeyError(f"the template declares no {logical_id}") from None
+
+    def ref(self, logical_id: str) -> str:
+        return self.resource(logical_id).ref
+
+    # ------------------------------------------------------- executions --
+    def wait_for_execution(self, execution_arn: str, timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            description = self.aws.stepfunctions.describe_execution(executionArn=execution_arn)
+            if description["status"] in TERMINAL:
+                return dict(description)
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{execution_arn} still {description['status']} after {timeout}s"
+                )
+            time.sleep(0.1)
+
+    def history(self, execution_arn: str) -> list[dict[str, Any]]:
+        sfn = self.aws.stepfunctions
+        events: list[dict[str, Any]] = []
+        for page in sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
+            events.extend(dict(event) for event in page["events"])
+        return events
+
+    def stop_executions(self, timeout: float = 30) -> None:
+        """Stop every running execution and wait for the engine's threads to end."""
+        sfn = self.aws.stepfunctions
+        for machine in sfn.list_state_machines()["stateMachines"]:
+            running = sfn.list_executions(
+                stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING"
+            )["executions"]
+            for execution in running:
+                sfn.stop_execution(
+                    executionArn=execution["executionArn"],
+                    error="OfflineStackStopped",
+                    cause="the offline stack was stopped",
+                )
+        deadline = time.monotonic() + timeout
+        for thread in list(TMP_THREADS):
+            if thread is threading.current_thread():
+                continue
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("a Step Functions engine thread is still running: %s", thread.name)
+            else:
+                TMP_THREADS.remove(thread)
+
+
+def _parameters(declared: dict[str, dict[str, Any]], overrides: dict[str, str]) -> dict[str, str]:
+    unknown = sorted(set(overrides) - set(declared))
+    if unknown:
+        raise TemplateError(f"the template has no parameter {', '.join(unknown)}")
+    values = {name: str(spec["Default"]) for name, spec in declared.items() if "Default" in spec}
+    values.update({name: str(value) for name, value in overrides.items()})
+    missing = sorted(set(declared) - set(values))
+    if missing:
+        raise TemplateError(f"parameters without a value: {', '.join(missing)}")
+    return values
