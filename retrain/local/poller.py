@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 SQS_MAX_RECEIVE = 10
 
 
+class EventSourceMappingError(ValueError):
+    """A mapping that Lambda's CreateEventSourceMapping would refuse."""
+
+
 @dataclass(frozen=True)
 class EventSourceMapping:
     function: str
@@ -46,15 +50,36 @@ class BatchOutcome:
 class SqsPoller:
     """One thread per mapping, stopped cleanly by `stop()`."""
 
-    def __init__(self, sqs: SQSClient, runtime: LambdaRuntime, region: str) -> None:
+    def __init__(
+        self,
+        sqs: SQSClient,
+        runtime: LambdaRuntime,
+        region: str,
+        *,
+        window_override: float | None = None,
+    ) -> None:
         self._sqs = sqs
         self._runtime = runtime
         self._region = region
+        # Tests and demos may shorten every batching window (as `tick_seconds` does schedules).
+        self._window_override = window_override
         self._mappings: list[EventSourceMapping] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
     def add(self, mapping: EventSourceMapping) -> None:
+        """Refuse what CreateEventSourceMapping refuses: a visibility timeout below the timeout."""
+        visibility = int(
+            self._sqs.get_queue_attributes(
+                QueueUrl=mapping.queue_url, AttributeNames=["VisibilityTimeout"]
+            )["Attributes"]["VisibilityTimeout"]
+        )
+        timeout = self._runtime.spec(mapping.function).timeout_seconds
+        if visibility < timeout:
+            raise EventSourceMappingError(
+                f"queue {mapping.queue_arn}: visibility timeout {visibility} s is less than "
+                f"the timeout of {mapping.function}, {timeout} s (Lambda refuses this mapping)"
+            )
         self._mappings.append(mapping)
 
     @property
@@ -89,6 +114,9 @@ class SqsPoller:
     def poll_once(self, mapping: EventSourceMapping, wait_seconds: float = 0.5) -> BatchOutcome:
         """Gather one batch and deliver it; the unit the thread repeats (and tests call)."""
         messages = self._gather(mapping, wait_seconds)
+        # A message whose visibility ran out while the batch was gathered comes back twice:
+        # deliver it once, with its newest receipt handle.
+        messages = list({m["MessageId"]: m for m in messages}.values())
         if not messages:
             return BatchOutcome(0, frozenset())
         event = {"Records": [self._record(mapping, message) for message in messages]}
@@ -114,7 +142,8 @@ class SqsPoller:
     def _gather(self, mapping: EventSourceMapping, wait_seconds: float) -> list[MessageTypeDef]:
         messages: list[MessageTypeDef] = []
         started = time.monotonic()
-        window_ends = started + mapping.batching_window_seconds
+        window = self._window_override
+        window_ends = started + (mapping.batching_window_seconds if window is None else window)
         poll_ends = started + wait_seconds  # like a long poll, without holding up stop()
         while len(messages) < mapping.batch_size and not self._stop.is_set():
             received = self._sqs.receive_message(

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +52,9 @@ class StackOptions:
     poll: bool = True
     tick: bool = True
     tick_seconds: float | None = None
+    # Shorter SQS batching windows than the template's, for tests and demos.
+    batching_window_seconds: float | None = None
+    # Set for every function, over what the template gives it (a quieter log level, say).
     function_environment: dict[str, str] = field(default_factory=dict)
 
 
@@ -86,12 +89,15 @@ class OfflineStack:
                 region=options.region, account_id=ACCOUNT_ID, base_environment=base_environment
             )
             for spec in created.functions:
-                runtime.add(spec)
+                environment = {**spec.environment, **options.function_environment}
+                runtime.add(replace(spec, environment=environment))
             runtime.cold_start_all()
             self.emulators.register("lambda", "Invoke", runtime.handle_invoke)
             self.emulators.install()
             self._aws, self._created, self._runtime = aws, created, runtime
-            self._poller = SqsPoller(aws.sqs, runtime, options.region)
+            self._poller = SqsPoller(
+                aws.sqs, runtime, options.region, window_override=options.batching_window_seconds
+            )
             for mapping in created.mappings:
                 self._poller.add(mapping)
             self._ticker = Ticker(
@@ -152,6 +158,8 @@ class OfflineStack:
             self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
             self._mock.start()
             return
+        # Werkzeug logs every request; the poller alone makes several a second.
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
         server = ThreadedMotoServer(
             ip_address=self.options.host, port=self.options.port, verbose=False
         )

@@ -1,0 +1,52 @@
+"""Shared test set-up: offline AWS, real-shaped events, and no sockets beyond loopback."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EVENTS = Path(__file__).parent / "events"
+
+
+def load_event(name: str) -> dict[str, Any]:
+    """A real-shaped AWS event from tests/events/."""
+    event: dict[str, Any] = json.loads((EVENTS / name).read_text(encoding="utf-8"))
+    return event
+
+
+@pytest.fixture(autouse=True)
+def _offline_aws(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials and a region, so nothing can reach a real account by accident."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+
+
+_real_connect = socket.socket.connect
+
+
+def _loopback_only(self: socket.socket, address: Any) -> Any:
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        host = address[0]
+        try:
+            loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ConnectionRefusedError(f"tests may only connect to loopback, not {host!r}")
+    return _real_connect(self, address)
+
+
+@pytest.fixture(autouse=True)
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(socket.socket, "connect", _loopback_only)
+    yield

@@ -1,0 +1,32 @@
+"""The offline stack under mock_aws, as a fixture: the same code `retrain local up` runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from retrain.local.stack import OfflineStack, StackOptions
+
+# Short enough to see redelivery and the dead-letter queue within a test.
+FAST_QUEUE = {
+    "FunctionTimeoutSeconds": "1",
+    "IntakeVisibilityTimeoutSeconds": "1",
+    "IntakeMaxReceiveCount": "2",
+}
+
+
+@pytest.fixture
+def stack() -> Iterator[OfflineStack]:
+    """A stack whose poller and ticker the test drives itself, one step at a time."""
+    with OfflineStack(
+        StackOptions(parameters=FAST_QUEUE, poll=False, tick=False, batching_window_seconds=0)
+    ) as offline:
+        yield offline
+
+
+@pytest.fixture
+def running_stack() -> Iterator[OfflineStack]:
+    """A stack with its poller running in the background, as `retrain local up` has it."""
+    with OfflineStack(StackOptions(parameters=FAST_QUEUE, batching_window_seconds=0)) as offline:
+        yield offline
