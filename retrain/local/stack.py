@@ -130,6 +130,8 @@ class OfflineStack:
             self._mock.stop()
             self._mock = None
         if self._server is not None:
+            # The server's backends are process-wide: empty them, so a later stack starts blank.
+            self._moto_api("reset", {})
             self._server.stop()
             self._server = None
         for name, value in self._saved_environment.items():
@@ -169,10 +171,11 @@ class OfflineStack:
         self.endpoint_url = f"http://{host}:{port}"
         # The Step Functions engine calls back into the server at localhost:$MOTO_PORT.
         self._set_environment(MOTO_PORT=str(port))
+        self._moto_api("config", {"stepfunctions": {"execute_state_machine": True}})
+
+    def _moto_api(self, action: str, body: dict[str, Any]) -> None:
         request = urllib.request.Request(  # noqa: S310 (our own loopback server)
-            f"{self.endpoint_url}/moto-api/config",
-            data=json.dumps({"stepfunctions": {"execute_state_machine": True}}).encode(),
-            method="POST",
+            f"{self.endpoint_url}/moto-api/{action}", data=json.dumps(body).encode(), method="POST"
         )
         with urllib.request.urlopen(request, timeout=10):  # noqa: S310
             pass

@@ -79,6 +79,10 @@ class Template:
             logical_id: references(resource, self.resources.keys())
             for logical_id, resource in self.resources.items()
         }
+        # A function also depends on what the template's Globals section references.
+        global_references = references(self.function_globals, self.resources.keys())
+        for logical_id in self.resources_of_type("AWS::Serverless::Function"):
+            graph[logical_id] |= global_references
         try:
             return list(TopologicalSorter(graph).static_order())
         except CycleError as exc:

@@ -29,7 +29,7 @@ def add_test_function(stack: OfflineStack, name: str, handler: str, **environmen
 def create_machine(stack: OfflineStack, file_name: str, **substitutions: str) -> str:
     definition = substitute_definition(MACHINES / file_name, substitutions)
     return stack.aws.stepfunctions.create_state_machine(
-        name=file_name.split(".")[0],
+        name=file_name.split(".", maxsplit=1)[0],
         definition=definition,
         roleArn="arn:aws:iam::123456789012:role/test-machine-role",
     )["stateMachineArn"]

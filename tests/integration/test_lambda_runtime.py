@@ -89,7 +89,7 @@ def test_requests_are_validated_against_botocore_even_with_validation_turned_off
         lax.invoke(FunctionName="checker", Payload=42)  # type: ignore[arg-type]
     with pytest.raises(ParamValidationError, match="InvocationType: 'Sometimes' is not one of"):
         lax.invoke(FunctionName="checker", InvocationType="Sometimes")  # type: ignore[arg-type]
-    with pytest.raises(ParamValidationError, match="FunctionName: .* does not match"):
+    with pytest.raises(ParamValidationError, match=r"FunctionName: .* does not match"):
         lax.invoke(FunctionName="no spaces allowed")
 
 
@@ -120,8 +120,9 @@ def test_invocations_from_several_threads_run_one_at_a_time(stack: OfflineStack)
     results: list[tuple[str, dict[str, str | None]]] = []
 
     def call(name: str) -> None:
-        for _ in range(20):
-            results.append((name, stack.runtime.invoke(name, {"names": ["ONLY_IN_A"]}).payload))
+        results.extend(
+            (name, stack.runtime.invoke(name, {"names": ["ONLY_IN_A"]}).payload) for _ in range(20)
+        )
 
     threads = [threading.Thread(target=call, args=(name,)) for name in ("fn-a", "fn-b")]
     for thread in threads:
