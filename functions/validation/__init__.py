@@ -1,0 +1,89 @@
+"""Label validation: every image/mask pair checked, every defect named.
+
+Pure Python on Pillow (no AWS SDK, no numpy, no torch) so the intake Lambda stays small. The
+checks take bytes or a binary file object plus the object's key, never a path; duplicate
+detection and Ground Truth source reads go through small injected protocols.
+
+The intake Lambda, one object at a time:
+    check = check_image(body, key, config)          # or check_label(...)
+    ... keep `check` in the ledger until the partner lands, then:
+    result = judge_pair(stem, image_check, label_check, taxonomy=config.taxonomy, index=index)
+A whole batch or manifest (the CLI, the sweeper):
+    validate_batch(keys, reader, config=..., index=...)
+    validate_manifest(lines, name, reader, config=..., index=...)
+"""
+
+from functions.validation.config import DEFAULT_CONFIG, ValidationConfig
+from functions.validation.decoding import Readable, Source, StrictDecodingDisabledError
+from functions.validation.duplicates import ContentIndex, InMemoryContentIndex
+from functions.validation.groundtruth import (
+    GroundTruthEntry,
+    check_groundtruth_label,
+    parse_entry,
+    validate_entry,
+    validate_manifest,
+)
+from functions.validation.images import check_image
+from functions.validation.masks import check_label
+from functions.validation.names import BatchKey, KeyKind, check_key_safety, classify_key
+from functions.validation.pairs import (
+    PlannedItem,
+    judge_pair,
+    missing,
+    plan_pairs,
+    validate_batch,
+    validate_pair,
+    validate_planned,
+)
+from functions.validation.reasons import DESCRIPTIONS, ReasonCode, RejectedError
+from functions.validation.results import FileCheck, PairResult, Reason, Role, Status
+from functions.validation.sources import (
+    BatchReader,
+    LocalBatchReader,
+    LocalMirrorReader,
+    ObjectMissingError,
+    S3Location,
+    SourceReader,
+)
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "DESCRIPTIONS",
+    "BatchKey",
+    "BatchReader",
+    "ContentIndex",
+    "FileCheck",
+    "GroundTruthEntry",
+    "InMemoryContentIndex",
+    "KeyKind",
+    "LocalBatchReader",
+    "LocalMirrorReader",
+    "ObjectMissingError",
+    "PairResult",
+    "PlannedItem",
+    "Readable",
+    "Reason",
+    "ReasonCode",
+    "RejectedError",
+    "Role",
+    "S3Location",
+    "Source",
+    "SourceReader",
+    "Status",
+    "StrictDecodingDisabledError",
+    "ValidationConfig",
+    "check_groundtruth_label",
+    "check_image",
+    "check_key_safety",
+    "check_label",
+    "classify_key",
+    "judge_pair",
+    "missing",
+    "parse_entry",
+    "plan_pairs",
+    "validate_batch",
+    "validate_entry",
+    "validate_manifest",
+    "validate_pair",
+    "validate_planned",
+]

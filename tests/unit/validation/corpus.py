@@ -1,0 +1,111 @@
+"""Test corpus, generated in code: small images, masks and hand-built hostile files."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from typing import Any
+
+from PIL import Image
+
+from functions.common.taxonomy import CITYSCAPES_COLORS
+
+SIZE = (64, 32)  # small, and within the default minimum of 32x32
+
+
+def encode(image: Image.Image, fmt: str, **options: Any) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, fmt, **options)
+    return buffer.getvalue()
+
+
+def scene(size: tuple[int, int] = SIZE, mode: str = "RGB") -> Image.Image:
+    """A street-ish picture: sky, road and a car, with some texture so JPEG has work to do."""
+    picture = Image.linear_gradient("L").resize(size).convert("RGB")
+    picture.paste((70, 130, 180), (0, 0, size[0], size[1] // 3))
+    picture.paste((0, 0, 142), (size[0] // 4, size[1] // 2, size[0] // 2, size[1] - 2))
+    return picture.convert(mode)
+
+
+def jpeg(size: tuple[int, int] = SIZE, mode: str = "RGB", **options: Any) -> bytes:
+    return encode(scene(size, mode), "JPEG", quality=90, **options)
+
+
+def png(size: tuple[int, int] = SIZE, mode: str = "RGB", **options: Any) -> bytes:
+    return encode(scene(size, mode), "PNG", **options)
+
+
+def mask_image(
+    size: tuple[int, int] = SIZE, fill: int = 0, regions: dict[int, int] | None = None
+) -> Image.Image:
+    """A class-id mask: `fill` everywhere, plus one vertical band per {value: width}."""
+    mask = Image.new("L", size, fill)
+    left = 0
+    for value, width in (regions if regions is not None else {10: 8, 13: 4}).items():
+        mask.paste(value, (left, 0, left + width, size[1]))
+        left += width
+    return mask
+
+
+def mask(
+    size: tuple[int, int] = SIZE, fill: int = 0, regions: dict[int, int] | None = None
+) -> bytes:
+    return encode(mask_image(size, fill, regions), "PNG")
+
+
+def palette_mask(size: tuple[int, int] = SIZE, regions: dict[int, int] | None = None) -> bytes:
+    """A palette PNG whose indices are class ids, colored like Cityscapes for people."""
+    indexed = mask_image(size, 0, regions).convert("P")
+    colors = [channel for color in CITYSCAPES_COLORS for channel in color]
+    indexed.putpalette(colors + [0] * (768 - len(colors)))
+    return encode(indexed, "PNG")
+
+
+def chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def raw_png(
+    width: int,
+    height: int,
+    *,
+    bit_depth: int = 8,
+    color_type: int = 0,
+    rows: bytes | None = None,
+    before_idat: bytes = b"",
+) -> bytes:
+    """A PNG written byte by byte, for headers no encoder would write."""
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    if rows is None:
+        row_bytes = (width * bit_depth * {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[color_type] + 7) // 8
+        rows = (b"\x00" + b"\x00" * row_bytes) * min(height, 64)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + before_idat
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def filled_png(width: int, height: int) -> bytes:
+    """A real bomb: every row present, all zeros, so decoding it would really take the memory."""
+    compressor = zlib.compressobj(9)
+    row = b"\x00" * (width + 1)
+    idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    )
+
+
+def animated_png(size: tuple[int, int] = SIZE) -> bytes:
+    frames = [scene(size), scene(size).rotate(180)]
+    return encode(frames[0], "PNG", save_all=True, append_images=frames[1:])
+
+
+def with_jpeg_size(data: bytes, width: int, height: int) -> bytes:
+    """A real JPEG whose start-of-frame header declares another size."""
+    at = data.index(b"\xff\xc0") + 5  # marker, length (2), precision (1)
+    return data[:at] + struct.pack(">HH", height, width) + data[at + 4 :]
