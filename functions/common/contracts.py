@@ -1,0 +1,206 @@
+"""The files that are the contract between the trainer and the functions.
+
+The trainer (`trainer/`) imports nothing from here: it writes plain JSON. These models are how the
+functions (and the offline stack) read what it writes, and a test validates real trainer output
+against them, so a change on either side that breaks the other fails there first.
+
+- `ManifestEntry`: one line of `dataset/manifests/<version>.jsonl`, the frozen dataset version.
+- `MetricsFile`: `metrics.json`, the lineage and results of one training run.
+- `METRIC_DEFINITIONS`: the SageMaker `MetricDefinitions` that scrape the trainer's `METRIC` lines.
+
+No torch here: Lambdas import this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+Split = Literal["train", "val"]
+
+# A salt keeps the split independent of any other use of the image digest (e.g. sharding).
+_SPLIT_SALT = b"retrain-split-v1:"
+
+
+def split_for(image_sha256: str, val_fraction: float) -> Split:
+    """The split of a pair, from its image's content hash alone.
+
+    A pair never changes split as the dataset grows (for a fixed `val_fraction`), so runs over
+    growing data are evaluated on a validation set that only ever gains members.
+    """
+    if not 0.0 <= val_fraction <= 1.0:
+        raise ValueError(f"val_fraction must be within [0, 1], got {val_fraction}")
+    digest = hashlib.sha256(_SPLIT_SALT + image_sha256.lower().encode("ascii")).digest()
+    position = int.from_bytes(digest[:8], "big") / 2.0**64
+    return "val" if position < val_fraction else "train"
+
+
+class ManifestEntry(BaseModel):
+    """One image/label pair of a frozen dataset version.
+
+    Paths are relative to the folder that holds `images/`, `labels/` and `manifests/` (the FSx
+    mount on AWS); the digests and S3 VersionIds pin the exact bytes trained on.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    image: str = Field(min_length=1)
+    label: str = Field(min_length=1)
+    image_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    label_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    image_version_id: str | None = None
+    label_version_id: str | None = None
+    split: Split
+    class_pixels: dict[str, int] = Field(default_factory=dict)
+    batch: str = Field(min_length=1)
+
+
+_MANIFEST_ENTRY = TypeAdapter(ManifestEntry)
+
+
+def parse_manifest(text: str) -> list[ManifestEntry]:
+    """Every entry of a manifest's text; blank lines are skipped, a bad line names its number."""
+    entries: list[ManifestEntry] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(_MANIFEST_ENTRY.validate_json(line))
+        except ValueError as error:
+            raise ValueError(f"manifest line {number} is not a valid entry: {error}") from error
+    return entries
+
+
+def dump_manifest(entries: list[ManifestEntry]) -> str:
+    """The JSON-lines text of a manifest, one entry per line, keys in a stable order."""
+    return "".join(entry.model_dump_json() + "\n" for entry in entries)
+
+
+class EpochMetrics(BaseModel):
+    """What one epoch did: loss, validation quality, and how fast it went."""
+
+    model_config = ConfigDict(extra="allow")
+
+    epoch: int = Field(ge=1)
+    train_loss: float
+    lr: float
+    # Mean IoU over the classes present in the validation split's labels or predictions.
+    miou: float = Field(ge=0.0, le=1.0)
+    # null for a class absent from both labels and predictions: it has no IoU, not an IoU of 0.
+    per_class_iou: dict[str, float | None]
+    # Time blocked waiting on the data loader / total step time, over all ranks.
+    stall_fraction: float = Field(ge=0.0, le=1.0)
+    images_per_sec: float = Field(ge=0.0)
+    epoch_seconds: float = Field(ge=0.0)
+    steps: int = Field(ge=0)
+
+
+class BaselineMetrics(BaseModel):
+    """The previously accepted model, evaluated on the same validation split in the same job."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    miou: float = Field(ge=0.0, le=1.0)
+    per_class_iou: dict[str, float | None]
+
+
+class HostInfo(BaseModel):
+    """Where the run ran: enough to reproduce or explain a throughput number."""
+
+    model_config = ConfigDict(extra="allow")
+
+    hostname: str
+    platform: str
+    python_version: str
+    torch_version: str
+    cuda_version: str | None = None
+    device: str
+    device_name: str | None = None
+    world_size: int = Field(ge=1)
+    backend: str
+    cpu_count: int | None = None
+    training_image: str | None = None
+    training_job: str | None = None
+
+
+class MetricsFile(BaseModel):
+    """`metrics.json`: the lineage and results of one training run, rewritten every epoch."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: Literal[1] = 1
+    dataset_version: str = Field(min_length=1)
+    code_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    torch_version: str
+    host: HostInfo
+    seed: int
+    config: dict[str, object]
+    classes: list[str] = Field(min_length=1)
+    train_images: int = Field(ge=0)
+    val_images: int = Field(ge=0)
+    init_from: str | None = None
+    resumed_from: str | None = None
+    epochs: list[EpochMetrics]
+    miou: float | None = Field(default=None, ge=0.0, le=1.0)
+    per_class_iou: dict[str, float | None] = Field(default_factory=dict)
+    baseline: BaselineMetrics | None = None
+    complete: bool = False
+
+
+class MetricDefinition(BaseModel):
+    """One SageMaker `MetricDefinitions` item, in the API's own spelling."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    name: str = Field(alias="Name", min_length=1, max_length=255)
+    regex: str = Field(alias="Regex", min_length=1, max_length=500)
+
+
+# A number as the trainer prints it (`{:.4f}`-style, or nan/inf should something diverge).
+_NUMBER = r"(-?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|nan|inf))"
+
+# The trainer prints, on rank 0 only, lines such as
+#   METRIC epoch=3 train_loss=0.4123 val_miou=0.5512 stall_fraction=0.0310 images_per_sec=41.2 ...
+#   METRIC baseline_miou=0.4812
+# No `^`: a launcher may prefix each line (e.g. `[default0]:`). `\b` keeps `val_miou` from
+# matching inside a longer name such as `baseline_val_miou`.
+METRIC_FIELDS: dict[str, str] = {
+    "epoch": "epoch",
+    "train:loss": "train_loss",
+    "train:lr": "lr",
+    "validation:miou": "val_miou",
+    "train:stall_fraction": "stall_fraction",
+    "train:images_per_sec": "images_per_sec",
+    "train:epoch_seconds": "epoch_seconds",
+    "validation:baseline_miou": "baseline_miou",
+}
+
+METRIC_DEFINITIONS: list[MetricDefinition] = [
+    MetricDefinition(name=name, regex=rf"\bMETRIC\b.*?\b{field}={_NUMBER}")
+    for name, field in METRIC_FIELDS.items()
+]
+
+
+def metric_definitions() -> list[dict[str, str]]:
+    """`MetricDefinitions` for CreateTrainingJob's AlgorithmSpecification."""
+    return [definition.model_dump(by_alias=True) for definition in METRIC_DEFINITIONS]
+
+
+def scrape_metrics(log: str) -> dict[str, list[float]]:
+    """Every value each metric definition finds in a log, in order, as SageMaker would see them."""
+    found: dict[str, list[float]] = {}
+    for definition in METRIC_DEFINITIONS:
+        pattern = re.compile(definition.regex)
+        # SageMaker applies each regex to each log line: one value per line at most.
+        values = [
+            float(match.group(1))
+            for line in log.splitlines()
+            if (match := pattern.search(line)) is not None
+        ]
+        if values:
+            found[definition.name] = values
+    return found

@@ -1,0 +1,59 @@
+"""`retrain synth OUT --count N --size WxH --seed S`: synthetic driving scenes with exact masks."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from retrain.synth import default_version, write_scenes
+
+_SIZE = re.compile(r"^(\d+)x(\d+)$")
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """`WxH` (e.g. `256x128`) as (width, height)."""
+    match = _SIZE.match(text.strip().lower())
+    if match is None:
+        raise typer.BadParameter(f"expected WIDTHxHEIGHT such as 256x128, got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def command(
+    out: Annotated[Path, typer.Argument(help="Folder to write images/, labels/, manifests/ into.")],
+    *,
+    count: Annotated[int, typer.Option(min=1, help="How many scenes to draw.")] = 320,
+    size: Annotated[str, typer.Option(help="Scene size as WIDTHxHEIGHT.")] = "128x64",
+    seed: Annotated[int, typer.Option(help="Same seed, same scenes, byte for byte.")] = 0,
+    val_fraction: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of scenes in the validation split.")
+    ] = 0.2,
+    version: Annotated[
+        str | None, typer.Option(help="Dataset version (manifest name); derived if omitted.")
+    ] = None,
+) -> None:
+    """Draw procedural street scenes (Cityscapes train ids) and a manifest, as the trainer reads.
+
+    The defaults are the offline run's data set: `retrain train OUT` then learns it to an mIoU
+    above 0.5 in about a minute on two cores."""
+    width, height = parse_size(size)
+    version = version or default_version(seed, count, (width, height))
+    started = time.perf_counter()
+    pairs = write_scenes(
+        out,
+        count=count,
+        size=(width, height),
+        seed=seed,
+        val_fraction=val_fraction,
+        version=version,
+    )
+    seconds = time.perf_counter() - started
+    Console().print(
+        f"wrote {len(pairs)} scenes of {width}x{height} to {out} in {seconds:.2f} s; "
+        f"manifest {out / 'manifests' / f'{version}.jsonl'}",
+        soft_wrap=True,
+    )
