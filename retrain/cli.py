@@ -8,6 +8,9 @@ from __future__ import annotations
 import typer
 
 from retrain.commands import local
+from retrain.commands import synth as synth_command
+from retrain.commands import train as train_command
+from retrain.commands import validate as validate_command
 
 app = typer.Typer(
     name="retrain",
@@ -16,6 +19,9 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(local.app, name="local")
+app.command(name="synth")(synth_command.command)
+app.command(name="train", context_settings=train_command.CONTEXT_SETTINGS)(train_command.command)
+app.command(name="validate")(validate_command.validate)
 
 
 def main() -> None:

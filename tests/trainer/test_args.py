@@ -1,0 +1,79 @@
+"""SageMaker hands the trainer its hyperparameters as strings and its folders as variables."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+import torch
+
+from functions.common.taxonomy import CITYSCAPES_CLASSES
+from trainer import checkpoint
+from trainer.model import BiSeNetV2
+from trainer.train import CITYSCAPES_CLASSES as TRAINER_CLASSES
+from trainer.train import _init_from, get_args_parser, str2bool
+
+
+@pytest.mark.parametrize("text", ["true", "True", "TRUE", "1", "yes"])
+def test_truthy_strings_parse_as_true(text: str) -> None:
+    assert str2bool(text) is True
+
+
+@pytest.mark.parametrize("text", ["false", "False", "0", "no"])
+def test_falsy_strings_parse_as_false(text: str) -> None:
+    assert str2bool(text) is False
+
+
+def test_a_boolean_that_is_neither_is_refused() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="true or false"):
+        str2bool("maybe")
+
+
+def test_hyperparameters_parse_as_sagemaker_passes_them() -> None:
+    args = get_args_parser().parse_args(
+        ["--amp", "False", "--from-scratch", "true", "--epochs", "3", "--lr", "0.01", "--sync-bn"]
+    )
+    assert args.amp is False and args.from_scratch is True and args.sync_bn is True
+    assert args.epochs == 3 and args.lr == 0.01
+
+
+def test_folders_default_to_the_container_contract(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SM_CHANNEL_TRAIN", "/opt/ml/input/data/train")
+    monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
+    monkeypatch.setenv("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data")
+    args = get_args_parser().parse_args([])
+    assert args.data_dir == "/opt/ml/input/data/train"
+    assert args.model_dir == "/opt/ml/model"
+    assert args.output_data_dir == "/opt/ml/output/data"
+    assert args.checkpoint_dir == "/opt/ml/checkpoints"
+
+
+def test_the_trainers_default_classes_are_the_projects_taxonomy() -> None:
+    assert tuple(TRAINER_CLASSES.split(",")) == CITYSCAPES_CLASSES, (
+        "trainer/train.py repeats the Cityscapes classes; they drifted from taxonomy.py"
+    )
+
+
+def test_training_starts_from_the_accepted_model_in_the_model_channel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = get_args_parser()
+    monkeypatch.setenv("SM_CHANNEL_MODEL", str(tmp_path))
+    assert _init_from(parser.parse_args([])) is None, "no model.pt in the channel: from scratch"
+
+    model = BiSeNetV2(19, width=0.25)
+    document = checkpoint.model_document(
+        model.state_dict(), width=0.25, classes=list(CITYSCAPES_CLASSES)
+    )
+    checkpoint.save_atomically(document, tmp_path / "model.pt")
+    assert _init_from(parser.parse_args([])) == str(tmp_path / "model.pt")
+    assert _init_from(parser.parse_args(["--from-scratch", "true"])) is None
+    assert _init_from(parser.parse_args(["--init-from", "/elsewhere/model.pt"])) == (
+        "/elsewhere/model.pt"
+    )
+    loaded = checkpoint.load_model_document(tmp_path / "model.pt")
+    assert not any(key.startswith("aux_heads.") for key in loaded["state_dict"]), (
+        "the model file must not carry the training-only booster heads"
+    )
+    assert torch.equal(loaded["state_dict"]["head.2.weight"], model.state_dict()["head.2.weight"])
