@@ -16,6 +16,7 @@ from botocore.config import Config
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_lambda import LambdaClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
@@ -55,6 +56,11 @@ def sqs() -> SQSClient:
 
 def stepfunctions() -> SFNClient:
     client: SFNClient = _client("stepfunctions")
+    return client
+
+
+def lambda_() -> LambdaClient:
+    client: LambdaClient = _client("lambda")
     return client
 
 

@@ -28,8 +28,29 @@ class DataBucketSettings(FunctionSettings):
     data_bucket: str = Field(min_length=3, max_length=63)
 
 
-class IntakeSettings(DataBucketSettings):
+class LedgerSettings(DataBucketSettings):
     ledger_table: str = Field(min_length=3)
+
+
+class IntakeSettings(LedgerSettings):
+    idempotency_table: str = Field(min_length=3)
+    # Started (asynchronously) when a batch closes; empty: wait for the trigger's schedule.
+    trigger_function: str = ""
+
+
+class SweeperSettings(LedgerSettings):
+    quiet_period_seconds: int = Field(default=900, ge=0)
+    incomplete_after_seconds: int = Field(default=3600, ge=0)
+    trigger_function: str = ""
+
+
+class TriggerSettings(LedgerSettings):
+    state_machine_arn: str = Field(min_length=20)
+    min_new_pairs: int = Field(default=500, ge=1)
+    max_delay_seconds: int = Field(default=6 * 3600, ge=0)
+    settle_seconds: int = Field(default=60, ge=0)
+    lock_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+    val_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
 
 
 class PrepareRunSettings(DataBucketSettings):

@@ -1,25 +1,55 @@
-"""Intake: turn S3 notifications delivered through SQS into ledger entries.
+"""Intake: every object that lands under incoming/ is checked, paired and given its one fate.
 
-This first version accounts for every object that lands (the ledger is how the system proves
-nothing was dropped); validation and curation build on it.
+Per object: classify the key; read and check the file; put it on its pair's record; when the
+pair is whole, judge it and act: a valid pair is copied to the curated zone, an invalid file is
+moved to quarantine with a `.reason.json` beside it, a duplicate is recorded against its original.
+Nothing leaves the landing zone before its copy is confirmed. The `_COMPLETE` marker closes its
+batch at once.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes import S3Event
 from pydantic import ValidationError
 
+from functions.common import prefixes
 from functions.common.errors import InvalidEventError
 from functions.common.models import S3ObjectEvent, decode_key
-
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
+from functions.data.ledger import Ledger
+from functions.data.models import (
+    BatchRecord,
+    BatchStatus,
+    FileRecord,
+    FileStatus,
+    PairRecord,
+    PairStatus,
+    Side,
+)
+from functions.data.storage import DataBucket
+from functions.validation import (
+    FileCheck,
+    KeyKind,
+    PairResult,
+    Reason,
+    ReasonCode,
+    RejectedError,
+    Role,
+    Status,
+    ValidationConfig,
+    check_image,
+    check_label,
+    classify_key,
+    judge_pair,
+)
 
 TEST_EVENT = "s3:TestEvent"
+UNBATCHED = "_unbatched"
 
 
 def parse_notification(body: str) -> list[S3ObjectEvent]:
@@ -53,30 +83,261 @@ def parse_notification(body: str) -> list[S3ObjectEvent]:
         raise InvalidEventError(f"S3 record lacks a required field: {exc}") from exc
 
 
-class Ledger:
-    """Where every uploaded object's fate is recorded (one item per object version)."""
+def now() -> datetime:
+    return datetime.now(UTC)
 
-    def __init__(self, client: DynamoDBClient, table: str) -> None:
-        self._client = client
-        self._table = table
 
-    def record_received(self, obj: S3ObjectEvent) -> None:
-        # Keyed by object version: S3 delivers at least once, so a redelivered event rewrites
-        # the same item instead of adding one.
-        item = {
-            "pk": {"S": f"object#{obj.key}"},
-            "sk": {"S": f"version#{obj.version_id or obj.etag or 'null'}"},
-            "bucket": {"S": obj.bucket},
-            "key": {"S": obj.key},
-            "size": {"N": str(obj.size)},
-            "status": {"S": "received"},
-            "event_name": {"S": obj.event_name},
-            "recorded_at": {"S": datetime.now(UTC).isoformat()},
+@dataclass
+class Intake:
+    ledger: Ledger
+    bucket: DataBucket
+    config: ValidationConfig
+    clock: Callable[[], datetime] = now
+    touched: set[str] = field(default_factory=set)  # batches this invocation worked on
+    newly_closed: set[str] = field(default_factory=set)
+
+    def process(self, obj: S3ObjectEvent) -> FileStatus:
+        batch = obj.batch or UNBATCHED
+        relative = prefixes.relative_to_batch(obj.key)
+        self._touch(batch)
+        # Every fate is recorded against the object version; moto's events carry no versionId.
+        version = obj.version_id or self.bucket.current_version(obj.key) or obj.etag or "null"
+        try:
+            kind = classify_key(relative, self.config)
+        except RejectedError as error:
+            self._quarantine(batch, obj.key, version, [Reason.from_error(error, relative)])
+            return FileStatus.QUARANTINED
+        if kind.kind is KeyKind.MARKER:
+            self._close(batch, "marker")
+            self._record(batch, obj.key, version, FileStatus.MARKER)
+            return FileStatus.MARKER
+        role = Role.IMAGE if kind.kind is KeyKind.IMAGE else Role.LABEL
+        pinned = None if version == "null" else version
+        body, _ = self.bucket.read(obj.key, pinned, self.config.max_file_bytes)
+        check = (check_image if role is Role.IMAGE else check_label)(body, relative, self.config)
+        # Even a broken file joins its pair: its partner must learn that it was rejected.
+        return self._pair_up(
+            batch, kind.stem, role, Side(key=obj.key, version=version, check=check)
+        )
+
+    # ------------------------------------------------------------ batches --
+    def _touch(self, batch: str) -> None:
+        found = self.ledger.batch(batch)
+        moment = self.clock()
+        if found is None:
+            self.ledger.put_batch(BatchRecord(batch=batch, first_seen=moment, last_seen=moment), 1)
+        else:
+            # A late object of a closed batch still belongs to it (its report is rewritten).
+            record, revision = found
+            self.ledger.put_batch(record.model_copy(update={"last_seen": moment}), revision + 1)
+        self.touched.add(batch)
+
+    def close(self, batch: str, reason: str) -> None:
+        """Close a batch (the sweeper's quiet period ends here too)."""
+        self._close(batch, reason)
+
+    def expire(self, pair: PairRecord) -> None:
+        """Quarantine the lone file of a pair whose partner never came (`incomplete`)."""
+        found = self.ledger.pair(pair.batch, pair.stem)
+        if found is None or found[0].status is not PairStatus.PENDING:
+            return  # judged since the sweeper looked
+        pair, revision = found
+        for role, side in ((Role.IMAGE, pair.image), (Role.LABEL, pair.label)):
+            if side is None:
+                continue
+            code = ReasonCode.MISSING_LABEL if role is Role.IMAGE else ReasonCode.MISSING_IMAGE
+            partner = "label" if role is Role.IMAGE else "image"
+            reason = Reason(
+                code=code,
+                message=(
+                    f"no {partner} arrived for {side.check.key} "
+                    f"since {pair.first_seen:%Y-%m-%d %H:%M} UTC"
+                ),
+                key=side.check.key,
+            )
+            self._quarantine(
+                pair.batch, side.key, side.version, [reason], role=role, check=side.check
+            )
+        self.ledger.put_pair(
+            pair.model_copy(update={"status": PairStatus.INCOMPLETE}), revision + 1
+        )
+        self.touched.add(pair.batch)
+
+    def _close(self, batch: str, reason: str) -> None:
+        found = self.ledger.batch(batch)
+        if found is None or found[0].status is BatchStatus.CLOSED:
+            return
+        record, revision = found
+        closed = record.model_copy(
+            update={"status": BatchStatus.CLOSED, "closed_at": self.clock(), "close_reason": reason}
+        )
+        self.ledger.put_batch(closed, revision + 1)
+        self.newly_closed.add(batch)
+
+    # -------------------------------------------------------------- pairs --
+    def _pair_up(self, batch: str, stem: str, role: Role, side: Side) -> FileStatus:
+        found = self.ledger.pair(batch, stem)
+        if found is None:
+            pair, revision = PairRecord(batch=batch, stem=stem, first_seen=self.clock()), 0
+        else:
+            pair, revision = found
+        previous = pair.side(role)
+        if previous is not None and (previous.key, previous.version) == (side.key, side.version):
+            if pair.status is not PairStatus.PENDING:
+                return _file_status(pair.status)  # a redelivery of what is already judged
+        elif previous is not None:
+            # The same name uploaded again: the newer version replaces the older one.
+            self._record(batch, previous.key, previous.version, FileStatus.SUPERSEDED, role=role)
+        pair = pair.model_copy(update={role.value: side, "status": PairStatus.PENDING})
+        whole = pair.image is not None and pair.label is not None
+        if whole:
+            pair = pair.model_copy(update={"status": PairStatus.JUDGING})
+        self.ledger.put_pair(pair, revision + 1)  # the conditional write is the claim to judge
+        if not whole:
+            if side.check.reasons:  # broken on its own: no partner can save it
+                self._quarantine(
+                    batch,
+                    side.key,
+                    side.version,
+                    list(side.check.reasons),
+                    role=role,
+                    check=side.check,
+                )
+                return FileStatus.QUARANTINED
+            self._record(
+                batch, side.key, side.version, FileStatus.PENDING, role=role, check=side.check
+            )
+            return FileStatus.PENDING
+        pair = self._judge(pair, arrived=side)
+        self.ledger.put_pair(pair, revision + 2)
+        return _file_status(pair.status)
+
+    def _judge(self, pair: PairRecord, arrived: Side) -> PairRecord:
+        assert pair.image is not None and pair.label is not None
+        result = judge_pair(
+            pair.stem,
+            pair.image.check,
+            pair.label.check,
+            taxonomy=self.config.taxonomy,
+            index=self.ledger,
+        )
+        if result.status is Status.VALID:
+            return self._curate(pair, result)
+        status = (
+            FileStatus.DUPLICATE if result.status is Status.DUPLICATE else FileStatus.QUARANTINED
+        )
+        for role, side in ((Role.IMAGE, pair.image), (Role.LABEL, pair.label)):
+            if side != arrived and side.check.reasons:
+                continue  # quarantined when it arrived, broken on its own
+            # A file set aside because of its partner carries the pair's reasons.
+            own = [r for r in result.reasons if r.key in (None, side.check.key)]
+            self._quarantine(
+                pair.batch,
+                side.key,
+                side.version,
+                own or list(result.reasons),
+                status=status,
+                role=role,
+                check=side.check,
+                duplicate_of=result.duplicate_of,
+            )
+        pair_status = PairStatus.DUPLICATE if status is FileStatus.DUPLICATE else PairStatus.INVALID
+        return pair.model_copy(update={"status": pair_status, "duplicate_of": result.duplicate_of})
+
+    def _curate(self, pair: PairRecord, result: PairResult) -> PairRecord:
+        update: dict[str, Any] = {
+            "status": PairStatus.VALID,
+            "class_pixels": dict(result.class_pixels or {}),
         }
-        if obj.batch is not None:
-            item["batch"] = {"S": obj.batch}
-        if obj.etag:
-            item["etag"] = {"S": obj.etag}
-        if obj.version_id:
-            item["version_id"] = {"S": obj.version_id}
-        self._client.put_item(TableName=self._table, Item=item)
+        for role in (Role.IMAGE, Role.LABEL):
+            side = pair.side(role)
+            assert side is not None
+            destination = prefixes.curated_key(pair.batch, side.check.key)
+            copied = self.bucket.copy(side.key, side.version, destination)
+            self.bucket.remove(side.key)  # only now: the copy above is confirmed
+            update[f"{role.value}_destination"] = destination
+            update[f"{role.value}_destination_version"] = copied
+            self._record(
+                pair.batch,
+                side.key,
+                side.version,
+                FileStatus.CURATED,
+                role=role,
+                check=side.check,
+                destination=destination,
+                destination_version=copied,
+            )
+        return pair.model_copy(update=update)
+
+    # -------------------------------------------------------- quarantine --
+    def _quarantine(
+        self,
+        batch: str,
+        key: str,
+        version: str,
+        reasons: list[Reason],
+        *,
+        status: FileStatus = FileStatus.QUARANTINED,
+        role: Role | None = None,
+        check: FileCheck | None = None,
+        duplicate_of: str | None = None,
+    ) -> None:
+        destination = prefixes.quarantine_key(batch, prefixes.relative_to_batch(key))
+        copied = self.bucket.copy(key, None if version == "null" else version, destination)
+        self.bucket.put_json(
+            prefixes.reason_key(destination),
+            {
+                "key": key,
+                "version": version,
+                "status": status.value,
+                "reasons": [reason.model_dump(mode="json") for reason in reasons],
+                "duplicate_of": duplicate_of,
+                "quarantined_at": self.clock().isoformat(),
+            },
+        )
+        self.bucket.remove(key)  # only now: the copy above is confirmed
+        self._record(
+            batch,
+            key,
+            version,
+            status,
+            role=role,
+            check=check,
+            reasons=tuple(reasons),
+            destination=destination,
+            destination_version=copied,
+            duplicate_of=duplicate_of,
+        )
+
+    # ------------------------------------------------------------ ledger --
+    def _record(
+        self,
+        batch: str,
+        key: str,
+        version: str,
+        status: FileStatus,
+        *,
+        role: Role | None = None,
+        check: FileCheck | None = None,
+        **details: Any,
+    ) -> None:
+        self.ledger.put_file(
+            FileRecord(
+                batch=batch,
+                key=key,
+                version=version,
+                status=status,
+                role=role,
+                sha256=check.sha256 if check else None,
+                recorded_at=self.clock(),
+                **details,
+            )
+        )
+
+
+def _file_status(status: PairStatus) -> FileStatus:
+    return {
+        PairStatus.VALID: FileStatus.CURATED,
+        PairStatus.DUPLICATE: FileStatus.DUPLICATE,
+        PairStatus.INVALID: FileStatus.QUARANTINED,
+    }.get(status, FileStatus.PENDING)

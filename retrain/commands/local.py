@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import tempfile
@@ -102,13 +103,19 @@ def up(
         console.print("Stopped.")
 
 
+# The demo's drop is small: start a run for any closed batch at once (production: 500 pairs or
+# 6 hours, and a minute for a batch's last events to settle).
+DEMO_PARAMETERS = {"MinNewPairs": "1", "SettleSeconds": "0"}
+FINAL = {"curated", "quarantined", "duplicate", "superseded", "marker"}
+
+
 @app.command()
 def demo(
     count: Annotated[int, typer.Option(min=1, max=500, help="Scenes in the demo batch.")] = 8,
     size: Annotated[str, typer.Option(help="Scene size as WIDTHxHEIGHT.")] = "256x128",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the flow.")] = 120.0,
 ) -> None:
-    """Start the stack, drop a synthetic batch into the bucket, show what the flow did, stop."""
+    """Start the stack, drop a synthetic batch (with two broken files), show what the flow did."""
     from retrain.commands.synth import parse_size  # noqa: PLC0415 (keeps `local up` light)
     from retrain.synth import write_scenes  # noqa: PLC0415
 
@@ -116,28 +123,26 @@ def demo(
     # Functions log JSON at INFO on AWS; here the summary below says what happened.
     quiet = {"POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
     logging.getLogger("moto").setLevel(logging.CRITICAL)
-    stack = _start(StackOptions(mode="server", function_environment=quiet))
+    stack = _start(
+        StackOptions(mode="server", parameters=DEMO_PARAMETERS, function_environment=quiet)
+    )
     try:
         console.print(describe(stack), soft_wrap=True)
+        inbox = _subscribe(stack)
         bucket = stack.created.outputs["DataBucketName"]
         batch = time.strftime("demo-%Y%m%d-%H%M%S")
         with tempfile.TemporaryDirectory() as folder:
             pairs = write_scenes(Path(folder), count=count, size=(width, height), seed=0)
             keys = _upload(stack, bucket, batch, pairs)
-        console.print(f"Uploaded {len(keys)} objects to s3://{bucket}/incoming/{batch}/")
-        accounted = _wait_for_ledger(stack, keys, timeout)
-        console.print(_ledger_table(stack, keys))
-        queues = _queue_depths(stack)
         console.print(
-            f"ledger: {len(accounted)}/{len(keys)} objects accounted for; "
-            + ", ".join(f"{name}: {depth} waiting" for name, depth in queues.items())
+            f"Uploaded {len(keys)} objects to s3://{bucket}/incoming/{batch}/", soft_wrap=True
         )
-        console.print(
-            "Next in the flow (not built yet): validation and curation into dataset/, "
-            "then a retraining run of the state machine."
-        )
-        if len(accounted) < len(keys):
-            console.print(f"[red]{len(keys) - len(accounted)} objects not accounted for[/red]")
+        fates = _wait_for_fates(stack, batch, keys, timeout)
+        console.print(_fates_table(keys, fates))
+        run = _wait_for_run(stack, timeout)
+        _show_run(stack, bucket, batch, run, inbox)
+        if len(fates) < len(keys) or run is None or run["status"] != "SUCCEEDED":
+            console.print("[red]the flow did not finish as expected[/red]")
             raise typer.Exit(1)
     finally:
         stack.stop()
@@ -147,33 +152,56 @@ def demo(
 def _upload(
     stack: OfflineStack, bucket: str, batch: str, pairs: list[tuple[Path, Path]]
 ) -> list[str]:
+    """The scenes, one of them with a mask of unknown classes, a stray file, then the marker."""
     s3 = stack.aws.s3
-    keys: list[str] = []
+    files: list[tuple[str, bytes]] = []
     for image, label in pairs:
-        for path, folder in ((image, "images"), (label, "labels")):
-            key = f"{prefixes.INCOMING}{batch}/{folder}/{path.name}"
-            s3.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
-            keys.append(key)
-    marker = f"{prefixes.INCOMING}{batch}/_COMPLETE"
-    s3.put_object(Bucket=bucket, Key=marker, Body=b"")
-    keys.append(marker)
+        files.append((f"images/{image.name}", image.read_bytes()))
+        files.append((f"labels/{label.name}", label.read_bytes()))
+    broken = files[-1][0]
+    files[-1] = (broken, _mask_with_unknown_classes(pairs[-1][1]))
+    files.append(("images/notes.txt", b"annotator's notes, uploaded by mistake"))
+    files.append(("_COMPLETE", b""))
+    keys = []
+    for relative, body in files:
+        key = f"{prefixes.INCOMING}{batch}/{relative}"
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+        keys.append(key)
     return keys
 
 
-def _ledger_items(stack: OfflineStack) -> dict[str, dict[str, Any]]:
+def _mask_with_unknown_classes(label: Path) -> bytes:
+    import io  # noqa: PLC0415
+
+    from PIL import Image  # noqa: PLC0415
+
+    with Image.open(label) as mask:
+        broken = mask.point(lambda value: 77 if value == 0 else value)  # road painted as id 77
+        buffer = io.BytesIO()
+        broken.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _fates(stack: OfflineStack, batch: str) -> dict[str, dict[str, Any]]:
+    """The current fate of each landing key of the batch, from the ledger."""
     dynamodb = stack.aws.dynamodb
-    items: dict[str, dict[str, Any]] = {}
-    for page in dynamodb.get_paginator("scan").paginate(TableName=stack.ref("LedgerTable")):
+    pages = dynamodb.get_paginator("query").paginate(
+        TableName=stack.ref("LedgerTable"),
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :files)",
+        ExpressionAttributeValues={":pk": {"S": f"batch#{batch}"}, ":files": {"S": "file#"}},
+    )
+    fates: dict[str, dict[str, Any]] = {}
+    for page in pages:
         for item in page["Items"]:
-            items[item["key"]["S"]] = {
-                name: next(iter(value.values())) for name, value in item.items()
-            }
-    return items
+            record = json.loads(item["record"]["S"])
+            if record["status"] != "superseded":
+                fates[record["key"]] = record
+    return fates
 
 
-def _wait_for_ledger(stack: OfflineStack, keys: list[str], timeout: float) -> set[str]:
-    wanted = set(keys)
-    accounted: set[str] = set()
+def _wait_for_fates(
+    stack: OfflineStack, batch: str, keys: list[str], timeout: float
+) -> dict[str, dict[str, Any]]:
     deadline = time.monotonic() + timeout
     columns = (
         TextColumn("{task.description}"),
@@ -181,36 +209,79 @@ def _wait_for_ledger(stack: OfflineStack, keys: list[str], timeout: float) -> se
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
+    fates: dict[str, dict[str, Any]] = {}
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("S3 -> SQS -> intake -> ledger", total=len(wanted))
-        while accounted != wanted and time.monotonic() < deadline:
-            accounted = wanted & set(_ledger_items(stack))
-            progress.update(task, completed=len(accounted))
+        task = progress.add_task("S3 -> SQS -> intake -> ledger", total=len(keys))
+        while time.monotonic() < deadline:
+            fates = {k: f for k, f in _fates(stack, batch).items() if f["status"] in FINAL}
+            progress.update(task, completed=len(fates))
+            if len(fates) >= len(keys):
+                break
             time.sleep(0.2)
-    return accounted
+    return fates
 
 
-def _ledger_table(stack: OfflineStack, keys: list[str]) -> Table:
-    items = _ledger_items(stack)
+def _fates_table(keys: list[str], fates: dict[str, dict[str, Any]]) -> Table:
     table = Table(title="What the flow did with each object")
-    for column in ("batch", "object", "bytes", "status"):
+    for column in ("object", "status", "where / why"):
         table.add_column(column)
     for key in keys:
-        batch = prefixes.batch_of(key) or ""
-        name = key.removeprefix(f"{prefixes.INCOMING}{batch}/")
-        item = items.get(key)
-        if item is None:
-            table.add_row(batch, name, "", "[red]not accounted for[/red]")
-        else:
-            table.add_row(batch, name, item.get("size", ""), item["status"])
+        name = key.removeprefix(f"{prefixes.INCOMING}{prefixes.batch_of(key)}/")
+        fate = fates.get(key)
+        if fate is None:
+            table.add_row(name, "[red]not accounted for[/red]", "")
+            continue
+        why = "; ".join(r["code"] for r in fate.get("reasons", [])) or fate.get("destination") or ""
+        table.add_row(name, fate["status"], why)
     return table
 
 
-def _queue_depths(stack: OfflineStack) -> dict[str, int]:
-    depths: dict[str, int] = {}
-    for logical_id in ("IntakeQueue", "IntakeDeadLetterQueue"):
-        attributes = stack.aws.sqs.get_queue_attributes(
-            QueueUrl=stack.ref(logical_id), AttributeNames=["ApproximateNumberOfMessages"]
-        )["Attributes"]
-        depths[logical_id] = int(attributes["ApproximateNumberOfMessages"])
-    return depths
+def _subscribe(stack: OfflineStack) -> str:
+    """An SQS queue on the topic: the notifications the team would get by e-mail."""
+    sqs = stack.aws.sqs
+    url = sqs.create_queue(QueueName="demo-notifications")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    stack.aws.sns.subscribe(TopicArn=stack.ref("NotificationTopic"), Protocol="sqs", Endpoint=arn)
+    return url
+
+
+def _wait_for_run(stack: OfflineStack, timeout: float) -> dict[str, Any] | None:
+    sfn = stack.aws.stepfunctions
+    machine = stack.ref("RetrainStateMachine")
+    deadline = time.monotonic() + timeout
+    with console.status("waiting for the trigger and the retraining run"):
+        while time.monotonic() < deadline:
+            runs = sfn.list_executions(stateMachineArn=machine)["executions"]
+            done = [dict(r) for r in runs if r["status"] != "RUNNING"]
+            if done:
+                return done[0]
+            time.sleep(0.2)
+    return None
+
+
+def _show_run(
+    stack: OfflineStack, bucket: str, batch: str, run: dict[str, Any] | None, inbox: str
+) -> None:
+    console.print(
+        f"Batch report: s3://{bucket}/{prefixes.report_key(batch, 'report.md')}", soft_wrap=True
+    )
+    if run is None:
+        console.print("No retraining run started.")
+        return
+    version = run["name"]
+    manifest = stack.aws.s3.get_object(Bucket=bucket, Key=prefixes.manifest_key(version))
+    pairs = sum(1 for line in manifest["Body"].iter_lines() if line.strip())
+    console.print(
+        f"Dataset version {version}: {pairs} pairs, s3://{bucket}/{prefixes.manifest_key(version)}",
+        soft_wrap=True,
+    )
+    console.print(f"Retraining run {version}: {run['status']}")
+    messages = stack.aws.sqs.receive_message(
+        QueueUrl=inbox, MaxNumberOfMessages=10, WaitTimeSeconds=1
+    )
+    for message in messages.get("Messages", []):
+        body = json.loads(message["Body"])
+        subject, text = body.get("Subject", ""), body["Message"]
+        console.print(f"Notification: [bold]{subject}[/bold]: {text}", soft_wrap=True)

@@ -25,6 +25,25 @@ def stack() -> Iterator[OfflineStack]:
         yield offline
 
 
+# Data drops: room for real validation work per invocation, and a trigger that starts a run as
+# soon as one curated pair of a closed batch is ready (production waits for 500 or 6 hours).
+DATA = {
+    "FunctionTimeoutSeconds": "30",
+    "IntakeVisibilityTimeoutSeconds": "30",
+    "MinNewPairs": "1",
+    "SettleSeconds": "0",
+}
+
+
+@pytest.fixture
+def data_stack(request: pytest.FixtureRequest) -> Iterator[OfflineStack]:
+    """A stack for annotators' drops; parametrize it indirectly to override template parameters."""
+    parameters = {**DATA, **getattr(request, "param", {})}
+    options = StackOptions(parameters=parameters, poll=False, tick=False, batching_window_seconds=0)
+    with OfflineStack(options) as offline:
+        yield offline
+
+
 @pytest.fixture
 def running_stack() -> Iterator[OfflineStack]:
     """A stack with its poller running in the background, as `retrain local up` has it."""

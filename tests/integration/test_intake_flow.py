@@ -1,65 +1,142 @@
-"""An annotator's upload travels S3 -> SQS -> the event-source mapping -> the intake function."""
+"""An annotation team's drop: every file checked, paired, curated or quarantined, accounted for."""
 
 from __future__ import annotations
 
+import json
 import time
 
+import pytest
+
 from retrain.local.stack import OfflineStack
+from tests.integration.data_drops import (
+    assert_every_upload_accounted_for_once,
+    bad_label,
+    drain,
+    fates,
+    scene,
+    status_by_key,
+    upload,
+    upload_pair,
+)
 from tests.integration.helpers import queue_depth
 
 
-def ledger(stack: OfflineStack) -> dict[str, dict[str, str]]:
-    items = stack.aws.dynamodb.scan(TableName=stack.ref("LedgerTable"))["Items"]
-    return {
-        item["key"]["S"]: {k: next(iter(v.values())) for k, v in item.items()} for item in items
-    }
+def objects(stack: OfflineStack, prefix: str) -> list[str]:
+    listed = stack.aws.s3.list_objects_v2(Bucket=stack.ref("DataBucket"), Prefix=prefix)
+    return sorted(o["Key"] for o in listed.get("Contents", []))
 
 
-def drain(stack: OfflineStack) -> None:
-    (mapping,) = stack.poller.mappings
-    while stack.poller.poll_once(mapping, wait_seconds=0.1).received:
-        pass
+def read_json(stack: OfflineStack, key: str) -> dict[str, object]:
+    body = stack.aws.s3.get_object(Bucket=stack.ref("DataBucket"), Key=key)["Body"].read()
+    return json.loads(body)  # type: ignore[no-any-return]
 
 
-def test_every_uploaded_object_is_in_the_ledger_under_its_real_name(stack: OfflineStack) -> None:
-    bucket = stack.ref("DataBucket")
-    keys = [
-        "incoming/munich-11/images/café corner 1+2.jpg",
-        "incoming/munich-11/labels/café corner 1+2.png",
-        "incoming/munich-11/_COMPLETE",
-    ]
-    for key in keys:
-        stack.aws.s3.put_object(Bucket=bucket, Key=key, Body=b"bytes of " + key.encode())
-
-    drain(stack)
-
-    recorded = ledger(stack)
-    assert sorted(recorded) == sorted(keys)
-    image = recorded[keys[0]]
-    assert image["batch"] == "munich-11"
-    assert image["status"] == "received"
-    # moto's notifications carry no versionId (AWS's do): the item is keyed by the ETag then.
-    assert image["sk"] == f"version#{image['etag']}"
-    assert queue_depth(stack, "IntakeQueue") == 0
-    assert queue_depth(stack, "IntakeDeadLetterQueue") == 0
-
-
-def test_objects_outside_the_landing_zone_trigger_nothing(stack: OfflineStack) -> None:
-    stack.aws.s3.put_object(
-        Bucket=stack.ref("DataBucket"), Key="reports/b1/report.json", Body=b"{}"
-    )
-
-    drain(stack)
-
-    assert ledger(stack) == {}
-
-
-def test_one_bad_message_fails_alone_and_the_rest_of_the_batch_is_kept(
-    stack: OfflineStack,
+@pytest.mark.parametrize("label_first", [False, True], ids=["image first", "label first"])
+def test_a_valid_pair_is_curated_under_its_real_name_whichever_file_comes_first(
+    data_stack: OfflineStack, label_first: bool
 ) -> None:
+    upload_pair(data_stack, "munich-11", "café corner 1+2", scene(1), label_first=label_first)
+
+    drain(data_stack)
+
+    assert objects(data_stack, "dataset/") == [
+        "dataset/images/munich-11/café corner 1+2.jpg",
+        "dataset/labels/munich-11/café corner 1+2.png",
+    ]
+    assert objects(data_stack, "incoming/") == [], "the landing zone keeps nothing it curated"
+    assert set(status_by_key(data_stack).values()) == {"curated"}
+    assert_every_upload_accounted_for_once(data_stack)
+
+
+def test_a_mask_with_unknown_classes_sends_both_files_to_quarantine_with_the_reason(
+    data_stack: OfflineStack,
+) -> None:
+    upload_pair(data_stack, "b1", "street", scene(2)._replace_label(bad_label([0, 33, 250])))
+
+    drain(data_stack)
+
+    assert objects(data_stack, "dataset/") == []
+    assert objects(data_stack, "quarantine/") == [
+        "quarantine/b1/images/street.jpg",
+        "quarantine/b1/images/street.jpg.reason.json",
+        "quarantine/b1/labels/street.png",
+        "quarantine/b1/labels/street.png.reason.json",
+    ]
+    reason = read_json(data_stack, "quarantine/b1/labels/street.png.reason.json")
+    (problem,) = reason["reasons"]  # type: ignore[misc]
+    assert problem["code"] == "mask_unknown_class"
+    assert "33" in problem["message"] and "250" in problem["message"]
+    assert set(status_by_key(data_stack).values()) == {"quarantined"}
+    assert_every_upload_accounted_for_once(data_stack)
+
+
+def test_a_file_that_is_not_what_its_name_says_is_quarantined_alone(
+    data_stack: OfflineStack,
+) -> None:
+    upload(data_stack, "incoming/b2/images/readme.txt", b"notes")
+    upload(data_stack, "incoming/b2/images/x.jpg", b"\x89PNG but not really")
+
+    drain(data_stack)
+
+    codes = {record["key"]: record["reasons"][0]["code"] for record in fates(data_stack).values()}
+    assert codes == {
+        "incoming/b2/images/readme.txt": "unsupported_extension",
+        "incoming/b2/images/x.jpg": "not_an_image",
+    }
+    assert_every_upload_accounted_for_once(data_stack)
+
+
+def test_the_same_image_uploaded_in_a_later_batch_is_recorded_as_a_duplicate(
+    data_stack: OfflineStack,
+) -> None:
+    upload_pair(data_stack, "monday", "a", scene(3))
+    drain(data_stack)
+    upload_pair(data_stack, "tuesday", "a-again", scene(3))
+
+    drain(data_stack)
+
+    (duplicate,) = [r for r in fates(data_stack).values() if r["key"].endswith("a-again.jpg")]
+    assert duplicate["status"] == "duplicate"
+    assert duplicate["duplicate_of"] == "images/a.jpg"
+    assert objects(data_stack, "dataset/images/") == ["dataset/images/monday/a.jpg"]
+    assert_every_upload_accounted_for_once(data_stack)
+
+
+def test_an_image_uploaded_again_with_new_content_supersedes_the_first(
+    data_stack: OfflineStack,
+) -> None:
+    upload(data_stack, "incoming/b3/images/s.jpg", scene(4).image)
+    drain(data_stack)
+    upload_pair(data_stack, "b3", "s", scene(5))
+
+    drain(data_stack)
+
+    statuses = sorted(record["status"] for record in fates(data_stack).values())
+    assert statuses == ["curated", "curated", "superseded"]
+    assert_every_upload_accounted_for_once(data_stack)
+
+
+def test_a_redelivered_notification_is_processed_once(data_stack: OfflineStack) -> None:
+    queue = data_stack.ref("IntakeQueue")
+    drain(data_stack)  # S3's s3:TestEvent
+    upload(data_stack, "incoming/b4/images/s.jpg", scene(6).image)
+    message = data_stack.aws.sqs.receive_message(QueueUrl=queue)["Messages"][0]
+    data_stack.aws.sqs.change_message_visibility(
+        QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+    )
+    data_stack.aws.sqs.send_message(QueueUrl=queue, MessageBody=message["Body"])  # S3 said it twice
+
+    assert drain(data_stack) == 2
+
+    intake_runs = [i for i in data_stack.runtime.invocations if "Intake" in i.function]
+    assert all(not i.failed for i in intake_runs)
+    assert list(status_by_key(data_stack).values()) == ["pending"]
+
+
+def test_one_bad_message_fails_alone_and_the_rest_of_the_batch_is_kept(stack: OfflineStack) -> None:
     queue = stack.ref("IntakeQueue")
     drain(stack)  # S3's s3:TestEvent
-    stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key="incoming/b2/_COMPLETE", Body=b"")
+    upload(stack, "incoming/b5/_COMPLETE", b"")
     stack.aws.sqs.send_message(QueueUrl=queue, MessageBody="not an S3 notification")
     (mapping,) = stack.poller.mappings
 
@@ -67,7 +144,7 @@ def test_one_bad_message_fails_alone_and_the_rest_of_the_batch_is_kept(
 
     assert outcome.received == 2
     assert len(outcome.failed_ids) == 1
-    assert list(ledger(stack)) == ["incoming/b2/_COMPLETE"]
+    assert status_by_key(stack) == {"incoming/b5/_COMPLETE": "marker"}
     assert queue_depth(stack, "IntakeQueue") == 1  # only the bad one waits to be redelivered
 
 
@@ -89,13 +166,11 @@ def test_a_message_that_keeps_failing_ends_in_the_dead_letter_queue(stack: Offli
     assert dead["Body"] == "{broken json"
 
 
-def test_the_background_poller_delivers_without_being_asked(running_stack: OfflineStack) -> None:
-    running_stack.aws.s3.put_object(
-        Bucket=running_stack.ref("DataBucket"), Key="incoming/b3/images/a.jpg", Body=b"jpeg"
+def test_objects_outside_the_landing_zone_trigger_nothing(stack: OfflineStack) -> None:
+    stack.aws.s3.put_object(
+        Bucket=stack.ref("DataBucket"), Key="reports/b1/report.json", Body=b"{}"
     )
 
-    deadline = time.monotonic() + 15
-    while "incoming/b3/images/a.jpg" not in ledger(running_stack) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    drain(stack)
 
-    assert "incoming/b3/images/a.jpg" in ledger(running_stack)
+    assert fates(stack) == {}

@@ -33,11 +33,12 @@ def test_the_server_stack_takes_uploads_from_any_aws_client_and_frees_its_port()
         )
         table = stack.ref("LedgerTable")
         deadline = time.monotonic() + 20
-        items: list[object] = []
-        while not items and time.monotonic() < deadline:
+        files: list[object] = []
+        while not files and time.monotonic() < deadline:
             items = stack.aws.dynamodb.scan(TableName=table)["Items"]
+            files = [item for item in items if item["sk"]["S"].startswith("file#")]
             time.sleep(0.1)
-        assert len(items) == 1
+        assert len(files) == 1
 
     host, port = endpoint.removeprefix("http://").split(":")
     with pytest.raises(ConnectionRefusedError), socket.create_connection((host, int(port)), 1):
@@ -48,7 +49,11 @@ def test_the_demo_drops_a_synthetic_batch_and_accounts_for_every_object() -> Non
     result = CliRunner().invoke(app, ["local", "demo", "--count", "2", "--size", "128x64"])
 
     assert result.exit_code == 0, result.output
-    assert "ledger: 5/5 objects accounted for" in result.output
+    assert result.output.count(" curated ") == 2, result.output  # the one good pair
+    assert result.output.count(" quarantined ") == 3, result.output  # broken pair, stray file
+    assert "Dataset version ds-" in result.output and ": 1 pairs" in result.output
+    assert "Retraining run ds-" in result.output and "SUCCEEDED" in result.output
+    assert "Notification: Retraining started" in result.output
     assert "nothing left running" in result.output
 
 

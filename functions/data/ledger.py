@@ -1,0 +1,274 @@
+"""The ledger in DynamoDB: the only code that knows its item layout (see models.py).
+
+Each record is stored whole as JSON (`record`), beside the few attributes that keys, the sparse
+state index and conditional writes need. Pairs and batches carry a revision number: every write
+is conditional on the revision read, so two functions racing on one pair cannot both win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel
+
+from functions.common.errors import RetrainError
+from functions.data.models import (
+    BatchRecord,
+    BatchStatus,
+    FileRecord,
+    LockRecord,
+    PairRecord,
+    PairStatus,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+STATE_INDEX = "state"
+LOCK_PK = "lock#retrain"
+RecordT = TypeVar("RecordT", bound=BaseModel)
+
+
+class ConcurrentUpdateError(RetrainError):
+    """Someone else changed the record between our read and our write (retried by SQS)."""
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+def _conditional_failed(error: ClientError) -> bool:
+    return error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+class Ledger:
+    def __init__(self, client: DynamoDBClient, table: str) -> None:
+        self._db = client
+        self._table = table
+
+    # ------------------------------------------------------------ records --
+    def _get(self, pk: str, sk: str) -> dict[str, Any] | None:
+        item = self._db.get_item(
+            TableName=self._table, Key={"pk": {"S": pk}, "sk": {"S": sk}}, ConsistentRead=True
+        ).get("Item")
+        return dict(item) if item else None
+
+    def _put(
+        self,
+        pk: str,
+        sk: str,
+        record: BaseModel,
+        *,
+        revision: int | None = None,
+        state: tuple[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Write a record; with `revision`, only if the stored one still has `revision - 1`."""
+        item: dict[str, Any] = {
+            "pk": {"S": pk},
+            "sk": {"S": sk},
+            "record": {"S": record.model_dump_json()},
+            **(extra or {}),
+        }
+        if state is not None:
+            item["state_pk"], item["state_sk"] = {"S": state[0]}, {"S": state[1]}
+        request: dict[str, Any] = {"TableName": self._table, "Item": item}
+        if revision is not None:
+            item["revision"] = {"N": str(revision)}
+            if revision == 1:
+                request["ConditionExpression"] = "attribute_not_exists(pk)"
+            else:
+                request["ConditionExpression"] = "revision = :previous"
+                request["ExpressionAttributeValues"] = {":previous": {"N": str(revision - 1)}}
+        try:
+            self._db.put_item(**request)
+        except ClientError as error:
+            if _conditional_failed(error):
+                raise ConcurrentUpdateError(f"{pk} {sk} changed while we worked on it") from error
+            raise
+
+    def _query(self, **request: Any) -> Iterator[dict[str, Any]]:
+        paginator = self._db.get_paginator("query")
+        for page in paginator.paginate(TableName=self._table, **request):
+            yield from page["Items"]
+
+    @staticmethod
+    def _record(item: dict[str, Any], model: type[RecordT]) -> RecordT:
+        return model.model_validate_json(item["record"]["S"])
+
+    @staticmethod
+    def _revision(item: dict[str, Any] | None) -> int:
+        return int(item["revision"]["N"]) if item and "revision" in item else 0
+
+    # ------------------------------------------------------------ batches --
+    def batch(self, batch: str) -> tuple[BatchRecord, int] | None:
+        item = self._get(f"batch#{batch}", "batch")
+        return (self._record(item, BatchRecord), self._revision(item)) if item else None
+
+    def put_batch(self, record: BatchRecord, revision: int) -> None:
+        if record.status is BatchStatus.OPEN:
+            state = ("batch-open", _iso(record.last_seen))
+        else:
+            state = ("batch-closed", _iso(record.closed_at or record.last_seen))
+        self._put(f"batch#{record.batch}", "batch", record, revision=revision, state=state)
+
+    def open_batches_quiet_since(self, cutoff: datetime) -> list[BatchRecord]:
+        return [
+            self._record(item, BatchRecord)
+            for item in self._query(
+                IndexName=STATE_INDEX,
+                KeyConditionExpression="state_pk = :state AND state_sk < :cutoff",
+                ExpressionAttributeValues={
+                    ":state": {"S": "batch-open"},
+                    ":cutoff": {"S": _iso(cutoff)},
+                },
+            )
+        ]
+
+    def closed_batches(self) -> list[BatchRecord]:
+        return [
+            self._record(item, BatchRecord)
+            for item in self._query(
+                IndexName=STATE_INDEX,
+                KeyConditionExpression="state_pk = :state",
+                ExpressionAttributeValues={":state": {"S": "batch-closed"}},
+            )
+        ]
+
+    # -------------------------------------------------------------- files --
+    def put_file(self, record: FileRecord) -> None:
+        # One item per object version: a redelivered event rewrites it, never adds one.
+        self._put(
+            f"batch#{record.batch}",
+            f"file#{record.key}#{record.version}",
+            record,
+            extra={"status": {"S": record.status.value}},
+        )
+
+    def files(self, batch: str) -> list[FileRecord]:
+        return [
+            self._record(item, FileRecord)
+            for item in self._query(
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :files)",
+                ExpressionAttributeValues={
+                    ":pk": {"S": f"batch#{batch}"},
+                    ":files": {"S": "file#"},
+                },
+            )
+        ]
+
+    # -------------------------------------------------------------- pairs --
+    def pair(self, batch: str, stem: str) -> tuple[PairRecord, int] | None:
+        item = self._get(f"batch#{batch}", f"pair#{stem}")
+        return (self._record(item, PairRecord), self._revision(item)) if item else None
+
+    def put_pair(self, record: PairRecord, revision: int) -> None:
+        state: tuple[str, str] | None = None
+        if record.status is PairStatus.PENDING:
+            state = ("pair-pending", _iso(record.first_seen))
+        elif record.status is PairStatus.VALID:
+            state = ("pair-valid", f"{record.batch}#{record.stem}")
+        self._put(
+            f"batch#{record.batch}",
+            f"pair#{record.stem}",
+            record,
+            revision=revision,
+            state=state,
+            extra={"status": {"S": record.status.value}},
+        )
+
+    def pairs(self, batch: str) -> list[PairRecord]:
+        return [
+            self._record(item, PairRecord)
+            for item in self._query(
+                KeyConditionExpression="pk = :pk AND begins_with(sk, :pairs)",
+                ExpressionAttributeValues={
+                    ":pk": {"S": f"batch#{batch}"},
+                    ":pairs": {"S": "pair#"},
+                },
+            )
+        ]
+
+    def _pairs_in_state(self, state: str, below: str | None = None) -> list[PairRecord]:
+        condition = "state_pk = :state" + (" AND state_sk < :below" if below else "")
+        values: dict[str, Any] = {":state": {"S": state}}
+        if below:
+            values[":below"] = {"S": below}
+        return [
+            self._record(item, PairRecord)
+            for item in self._query(
+                IndexName=STATE_INDEX,
+                KeyConditionExpression=condition,
+                ExpressionAttributeValues=values,
+            )
+        ]
+
+    def pending_pairs_seen_before(self, cutoff: datetime) -> list[PairRecord]:
+        return self._pairs_in_state("pair-pending", below=_iso(cutoff))
+
+    def valid_pairs(self) -> list[PairRecord]:
+        """Every curated pair: what a dataset version is made of."""
+        return self._pairs_in_state("pair-valid")
+
+    # ------------------------------------------------------ content index --
+    def claim(self, sha256: str, key: str) -> str | None:
+        """The `ContentIndex` protocol: the first key with these bytes, or None if it is `key`."""
+        try:
+            self._db.put_item(
+                TableName=self._table,
+                Item={"pk": {"S": f"content#{sha256}"}, "sk": {"S": "content"}, "key": {"S": key}},
+                ConditionExpression="attribute_not_exists(pk) OR #key = :key",
+                ExpressionAttributeNames={"#key": "key"},
+                ExpressionAttributeValues={":key": {"S": key}},
+            )
+        except ClientError as error:
+            if not _conditional_failed(error):
+                raise
+            original = self._get(f"content#{sha256}", "content")
+            return original["key"]["S"] if original else None
+        return None
+
+    # --------------------------------------------------------------- lock --
+    def lock(self) -> LockRecord | None:
+        item = self._get(LOCK_PK, "lock")
+        return self._record(item, LockRecord) if item else None
+
+    def acquire_lock(self, record: LockRecord, *, replacing: LockRecord | None) -> bool:
+        """Take the lock if it is free, or if it is still exactly the stale one we looked at."""
+        request: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": {
+                "pk": {"S": LOCK_PK},
+                "sk": {"S": "lock"},
+                "holder": {"S": record.holder},
+                "record": {"S": record.model_dump_json()},
+            },
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+        if replacing is not None:
+            request["ConditionExpression"] = "holder = :stale"
+            request["ExpressionAttributeValues"] = {":stale": {"S": replacing.holder}}
+        try:
+            self._db.put_item(**request)
+        except ClientError as error:
+            if _conditional_failed(error):
+                return False
+            raise
+        return True
+
+    def release_lock(self, holder: str) -> bool:
+        try:
+            self._db.delete_item(
+                TableName=self._table,
+                Key={"pk": {"S": LOCK_PK}, "sk": {"S": "lock"}},
+                ConditionExpression="holder = :holder",
+                ExpressionAttributeValues={":holder": {"S": holder}},
+            )
+        except ClientError as error:
+            if _conditional_failed(error):
+                return False
+            raise
+        return True

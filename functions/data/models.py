@@ -1,0 +1,104 @@
+"""What the ledger holds: batches, pairs, the fate of every uploaded object version, the lock.
+
+Every record of a batch lives under one partition (`batch#<batch>`), so a batch's report is one
+query. A sparse index (`state_pk`, `state_sk`) lists what the sweeper and the trigger look for:
+open batches by last activity, closed batches waiting for a run, pending pairs by age, and the
+curated pairs that make up the next dataset version.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions.validation import FileCheck, Reason, Role
+
+
+class FileStatus(StrEnum):
+    """The one fate every uploaded object version ends in (DESIGN.md section 3)."""
+
+    PENDING = "pending"  # valid on its own, waiting for its partner
+    CURATED = "curated"
+    QUARANTINED = "quarantined"
+    DUPLICATE = "duplicate"
+    SUPERSEDED = "superseded"
+    MARKER = "marker"  # the batch's _COMPLETE marker: consumed, nothing to keep
+
+
+class PairStatus(StrEnum):
+    PENDING = "pending"
+    JUDGING = "judging"
+    VALID = "valid"
+    INVALID = "invalid"
+    DUPLICATE = "duplicate"
+    INCOMPLETE = "incomplete"
+
+
+class BatchStatus(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class FileRecord(BaseModel):
+    """One object version and what became of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    batch: str
+    key: str  # the landing-zone key
+    version: str  # S3 VersionId, or the ETag where the event carried none
+    status: FileStatus
+    role: Role | None = None
+    stem: str | None = None
+    sha256: str | None = None
+    reasons: tuple[Reason, ...] = ()
+    destination: str | None = None  # where it was copied: dataset/... or quarantine/...
+    destination_version: str | None = None
+    duplicate_of: str | None = None
+    recorded_at: datetime
+
+
+class Side(BaseModel):
+    """One file of a pair as the pair item keeps it until both are there."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    version: str
+    check: FileCheck
+
+
+class PairRecord(BaseModel):
+    batch: str
+    stem: str
+    status: PairStatus = PairStatus.PENDING
+    image: Side | None = None
+    label: Side | None = None
+    first_seen: datetime
+    class_pixels: dict[str, int] = Field(default_factory=dict)
+    image_destination: str | None = None
+    image_destination_version: str | None = None
+    label_destination: str | None = None
+    label_destination_version: str | None = None
+    dataset_version: str | None = None  # the first version that included this pair
+    duplicate_of: str | None = None
+
+    def side(self, role: Role) -> Side | None:
+        return self.image if role is Role.IMAGE else self.label
+
+
+class BatchRecord(BaseModel):
+    batch: str
+    status: BatchStatus = BatchStatus.OPEN
+    first_seen: datetime
+    last_seen: datetime
+    closed_at: datetime | None = None
+    close_reason: str | None = None
+
+
+class LockRecord(BaseModel):
+    holder: str
+    acquired_at: datetime
+    expires_at: datetime

@@ -1,0 +1,69 @@
+"""The data bucket: reads, copies, quarantine and reports, with every write confirmed."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from functions.common.errors import RetrainError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+
+class ObjectGoneError(RetrainError):
+    """The object version an event named is no longer there (deleted or purged)."""
+
+
+class DataBucket:
+    def __init__(self, client: S3Client, bucket: str) -> None:
+        self._s3 = client
+        self.name = bucket
+
+    def read(self, key: str, version: str | None, limit: int) -> tuple[bytes, str | None]:
+        """At most `limit + 1` bytes of one version (enough for validation to say 'too large')."""
+        request: dict[str, Any] = {"Bucket": self.name, "Key": key, "Range": f"bytes=0-{limit}"}
+        if version:
+            request["VersionId"] = version
+        try:
+            response = self._s3.get_object(**request)
+        except self._s3.exceptions.NoSuchKey as error:
+            raise ObjectGoneError(f"s3://{self.name}/{key} is gone") from error
+        return response["Body"].read(), response.get("VersionId")
+
+    def current_version(self, key: str) -> str | None:
+        """The VersionId of the key's current version; None if it is gone or unversioned."""
+        try:
+            version = self._s3.head_object(Bucket=self.name, Key=key).get("VersionId")
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey"}:
+                return None
+            raise
+        return version
+
+    def copy(self, key: str, version: str | None, destination: str) -> str | None:
+        """Copy one version; the returned VersionId is the confirmation we record."""
+        source: dict[str, str] = {"Bucket": self.name, "Key": key}
+        if version:
+            source["VersionId"] = version
+        response = self._s3.copy_object(
+            Bucket=self.name,
+            Key=destination,
+            CopySource=source,  # type: ignore[arg-type]
+        )
+        return response.get("VersionId")
+
+    def remove(self, key: str) -> None:
+        """Remove from the landing zone (a delete marker: the version itself stays until purged)."""
+        self._s3.delete_object(Bucket=self.name, Key=key)
+
+    def put_json(self, key: str, document: Any) -> None:
+        body = json.dumps(document, indent=2, ensure_ascii=False, default=str)
+        self._s3.put_object(
+            Bucket=self.name, Key=key, Body=body.encode(), ContentType="application/json"
+        )
+
+    def put_text(self, key: str, text: str, content_type: str) -> None:
+        self._s3.put_object(Bucket=self.name, Key=key, Body=text.encode(), ContentType=content_type)

@@ -1,0 +1,186 @@
+"""When to retrain, and starting exactly one run: the trigger policy, the lock and the freeze.
+
+A retraining starts when closed, settled batches hold at least `min_new_pairs` curated pairs no
+run has seen, or at least one such pair whose batch closed more than `max_delay_seconds` ago.
+Starting freezes a dataset version (a manifest of every curated pair of settled batches, pinned
+by S3 VersionId and sha256) and starts the state machine with the version as execution name, all
+under a lock lease in DynamoDB. A lease whose holder is not running (finished, killed, or never
+started) is taken over, so a lost run cannot block retraining forever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from functions.common import prefixes
+from functions.common.contracts import ManifestEntry, dump_manifest, split_for
+from functions.common.taxonomy import Taxonomy
+from functions.data.ledger import Ledger
+from functions.data.models import BatchRecord, LockRecord, PairRecord
+from functions.data.storage import DataBucket
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
+
+
+@dataclass(frozen=True)
+class TriggerPolicy:
+    min_new_pairs: int = 500
+    max_delay_seconds: int = 6 * 3600
+    settle_seconds: int = 60  # no object of a closed batch for this long: its events are in
+    lock_ttl_seconds: int = 7 * 24 * 3600
+    val_fraction: float = 0.1
+
+
+@dataclass(frozen=True)
+class Decision:
+    start: bool
+    reason: str
+    new_pairs: int
+
+
+def decide(
+    new_pairs: list[PairRecord],
+    batches: dict[str, BatchRecord],
+    now: datetime,
+    policy: TriggerPolicy,
+) -> Decision:
+    """The policy alone: pure, so every threshold is tested without AWS."""
+    count = len(new_pairs)
+    if count == 0:
+        return Decision(False, "no new curated pairs in closed batches", 0)
+    if count >= policy.min_new_pairs:
+        return Decision(True, f"{count} new pairs (threshold {policy.min_new_pairs})", count)
+    oldest = min(batches[p.batch].closed_at or now for p in new_pairs)
+    waited = (now - oldest).total_seconds()
+    if waited >= policy.max_delay_seconds:
+        return Decision(
+            True,
+            f"{count} new pairs, the oldest waiting {waited:.0f} s "
+            f"(delay {policy.max_delay_seconds} s)",
+            count,
+        )
+    return Decision(
+        False,
+        f"{count} new pairs, below {policy.min_new_pairs}; oldest waiting {waited:.0f} s",
+        count,
+    )
+
+
+@dataclass(frozen=True)
+class TriggerOutcome:
+    started: str | None  # the dataset version (and execution name) started, if any
+    reason: str
+
+
+@dataclass
+class Trigger:
+    ledger: Ledger
+    bucket: DataBucket
+    sfn: SFNClient
+    state_machine_arn: str
+    taxonomy: Taxonomy
+    policy: TriggerPolicy
+    clock: Callable[[], datetime]
+
+    def run(self) -> TriggerOutcome:
+        now = self.clock()
+        lock = self.ledger.lock()
+        if lock is not None and self._holder_running(lock, now):
+            return TriggerOutcome(None, f"a run holds the lock: {lock.holder}")
+        settled = {
+            batch.batch: batch
+            for batch in self.ledger.closed_batches()
+            if (now - batch.last_seen).total_seconds() >= self.policy.settle_seconds
+        }
+        curated = [p for p in self.ledger.valid_pairs() if p.batch in settled or p.dataset_version]
+        new = [p for p in curated if p.dataset_version is None]
+        decision = decide(new, settled, now, self.policy)
+        if not decision.start:
+            return TriggerOutcome(None, decision.reason)
+        entries = [self._entry(pair) for pair in sorted(curated, key=lambda p: (p.batch, p.stem))]
+        version = _version_name(now, entries)
+        expires = now + timedelta(seconds=self.policy.lock_ttl_seconds)
+        if not self.ledger.acquire_lock(
+            LockRecord(holder=version, acquired_at=now, expires_at=expires), replacing=lock
+        ):
+            return TriggerOutcome(None, "another trigger took the lock first")
+        self.bucket.put_text(
+            prefixes.manifest_key(version), dump_manifest(entries), "application/x-ndjson"
+        )
+        self._start(version)
+        # Marked once the run exists: a crash before this re-offers the pairs, never loses them.
+        for pair in new:
+            found = self.ledger.pair(pair.batch, pair.stem)
+            if found is not None:
+                record, revision = found
+                self.ledger.put_pair(
+                    record.model_copy(update={"dataset_version": version}), revision + 1
+                )
+        return TriggerOutcome(version, decision.reason)
+
+    def release(self, holder: str) -> bool:
+        return self.ledger.release_lock(holder)
+
+    def _holder_running(self, lock: LockRecord, now: datetime) -> bool:
+        if now >= lock.expires_at:
+            return False
+        try:
+            status = self.sfn.describe_execution(executionArn=self._execution_arn(lock.holder))[
+                "status"
+            ]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
+                return False  # the trigger died between taking the lock and starting the run
+            raise
+        return status == "RUNNING"
+
+    def _execution_arn(self, name: str) -> str:
+        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
+
+    def _start(self, version: str) -> None:
+        try:
+            self.sfn.start_execution(
+                stateMachineArn=self.state_machine_arn,
+                name=version,
+                input=json.dumps({"dataset_version": version}),
+            )
+        except ClientError as error:
+            # Same name and input while running succeeds on AWS; anything else is a real error.
+            if error.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
+                raise
+
+    def _entry(self, pair: PairRecord) -> ManifestEntry:
+        assert pair.image is not None and pair.label is not None
+        assert pair.image.check.sha256 is not None and pair.label.check.sha256 is not None
+        ids = {name: str(index) for index, name in enumerate(self.taxonomy.classes)}
+        return ManifestEntry(
+            image=(pair.image_destination or "").removeprefix(prefixes.DATASET),
+            label=(pair.label_destination or "").removeprefix(prefixes.DATASET),
+            image_sha256=pair.image.check.sha256,
+            label_sha256=pair.label.check.sha256,
+            image_version_id=pair.image_destination_version,
+            label_version_id=pair.label_destination_version,
+            split=split_for(pair.image.check.sha256, self.policy.val_fraction),
+            class_pixels={
+                ids[name]: count for name, count in pair.class_pixels.items() if name in ids
+            },
+            batch=pair.batch,
+        )
+
+
+def _version_name(now: datetime, entries: list[ManifestEntry]) -> str:
+    """`ds-<UTC time>-<content hash>`: a valid execution name that says when and what."""
+    digest = hashlib.sha256()
+    for entry in entries:
+        digest.update(
+            f"{entry.image}@{entry.image_version_id}:{entry.label}@{entry.label_version_id}\n".encode()
+        )
+    return f"ds-{now:%Y%m%d-%H%M%S}-{digest.hexdigest()[:8]}"

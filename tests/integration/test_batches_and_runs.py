@@ -1,0 +1,181 @@
+"""From closed batches to frozen dataset versions, and exactly one retraining per data drop."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from functions.common.contracts import parse_manifest, split_for
+from retrain.local.stack import OfflineStack
+from tests.integration.data_drops import (
+    assert_every_upload_accounted_for_once,
+    drain,
+    executions,
+    fates,
+    scene,
+    upload,
+    upload_pair,
+    wait_until,
+)
+from tests.integration.helpers import create_machine
+
+
+def read(stack: OfflineStack, key: str) -> bytes:
+    return stack.aws.s3.get_object(Bucket=stack.ref("DataBucket"), Key=key)["Body"].read()
+
+
+def finished(stack: OfflineStack) -> list[dict[str, object]]:
+    return [e for e in executions(stack) if e["status"] != "RUNNING"]
+
+
+def drop(stack: OfflineStack, batch: str, seeds: range, marker: bool = True) -> None:
+    for seed in seeds:
+        upload_pair(stack, batch, f"scene-{seed}", scene(seed))
+    if marker:
+        upload(stack, f"incoming/{batch}/_COMPLETE", b"")
+
+
+def test_a_drop_closed_by_its_marker_is_reported_frozen_and_trained_once(
+    data_stack: OfflineStack,
+) -> None:
+    drop(data_stack, "munich-12", range(3))
+
+    drain(data_stack)
+    wait_until(lambda: len(finished(data_stack)) == 1, message="one finished run")
+
+    (run,) = executions(data_stack)
+    assert run["status"] == "SUCCEEDED"
+    version = run["name"]
+    entries = parse_manifest(read(data_stack, f"dataset/manifests/{version}.jsonl").decode())
+    assert sorted(e.image for e in entries) == [f"images/munich-12/scene-{i}.jpg" for i in range(3)]
+    for entry in entries:
+        head = data_stack.aws.s3.head_object(
+            Bucket=data_stack.ref("DataBucket"), Key=f"dataset/{entry.image}"
+        )
+        assert entry.image_version_id == head["VersionId"], "the manifest pins the curated bytes"
+        assert entry.split == split_for(entry.image_sha256, 0.1)
+        assert sum(entry.class_pixels.values()) > 0
+    report = json.loads(read(data_stack, "reports/munich-12/report.json"))
+    assert report["status"] == "closed" and report["closed_by"] == "marker"
+    assert report["accepted"] == ["scene-0", "scene-1", "scene-2"]
+    assert "# Batch munich-12" in read(data_stack, "reports/munich-12/report.md").decode()
+    assert data_stack.created.outputs  # the lock was released by the run's last state:
+    (trigger_after_run,) = [
+        i
+        for i in data_stack.runtime.invocations
+        if "Trigger" in i.function and i.payload["released"]
+    ]
+    assert trigger_after_run.payload["started"] is None
+    assert_every_upload_accounted_for_once(data_stack)
+
+
+@pytest.mark.parametrize("data_stack", [{"QuietPeriodSeconds": "0"}], indirect=True)
+def test_a_drop_without_a_marker_is_closed_by_the_sweeper_after_its_quiet_period(
+    data_stack: OfflineStack,
+) -> None:
+    drop(data_stack, "no-marker", range(2), marker=False)
+    drain(data_stack)
+    assert executions(data_stack) == []
+
+    (sweeper,) = [s for s in data_stack.ticker.schedules if "Sweeper" in s.function]
+    swept = data_stack.ticker.tick(sweeper)
+
+    assert swept.payload["closed"] == ["no-marker"]
+    wait_until(lambda: len(finished(data_stack)) == 1, message="one finished run")
+    report = json.loads(read(data_stack, "reports/no-marker/report.json"))
+    assert report["closed_by"] == "quiet period"
+
+
+@pytest.mark.parametrize("data_stack", [{"IncompleteAfterSeconds": "0"}], indirect=True)
+def test_an_image_whose_label_never_came_is_quarantined_as_incomplete(
+    data_stack: OfflineStack,
+) -> None:
+    upload(data_stack, "incoming/b9/images/lonely.jpg", scene(9).image)
+    upload(data_stack, "incoming/b9/_COMPLETE", b"")
+    drain(data_stack)
+
+    (sweeper,) = [s for s in data_stack.ticker.schedules if "Sweeper" in s.function]
+    assert data_stack.ticker.tick(sweeper).payload["incomplete"] == 1
+
+    (record,) = [r for r in fates(data_stack).values() if r["key"].endswith("lonely.jpg")]
+    assert record["status"] == "quarantined"
+    assert record["reasons"][0]["code"] == "missing_label"
+    report = json.loads(read(data_stack, "reports/b9/report.json"))
+    assert report["pairs"] == {"incomplete": 1}
+    assert_every_upload_accounted_for_once(data_stack)
+
+
+def hold_runs_in_a_waiting_machine(stack: OfflineStack) -> str:
+    """Point the trigger at a machine whose runs wait an hour: a run that holds the lock."""
+    machine = create_machine(stack, "waits_an_hour.asl.json")
+    spec = stack.runtime.spec("retrain-local-TriggerFunction")
+    stack.runtime.add(replace(spec, environment={**spec.environment, "STATE_MACHINE_ARN": machine}))
+    return machine
+
+
+def trigger(stack: OfflineStack, **event: str) -> dict[str, object]:
+    invocation = stack.runtime.invoke("retrain-local-TriggerFunction", event)
+    assert not invocation.failed, invocation.payload
+    return invocation.payload  # type: ignore[no-any-return]
+
+
+def test_drops_that_land_during_a_run_start_exactly_one_follow_up(data_stack: OfflineStack) -> None:
+    hold_runs_in_a_waiting_machine(data_stack)
+    drop(data_stack, "first", range(2))
+    drain(data_stack)
+    wait_until(lambda: len(executions(data_stack)) == 1, message="the first run")
+    (first,) = executions(data_stack)
+
+    drop(data_stack, "second", range(10, 12))
+    drop(data_stack, "third", range(20, 22))
+    drain(data_stack)
+    assert trigger(data_stack)["reason"] == f"a run holds the lock: {first['name']}"
+    assert len(executions(data_stack)) == 1
+
+    after = trigger(data_stack, action="release", holder=first["name"])
+
+    assert after["released"] is True and after["started"]
+    assert trigger(data_stack)["reason"] == f"a run holds the lock: {after['started']}"
+    names = sorted(e["name"] for e in executions(data_stack))
+    assert names == sorted([first["name"], after["started"]])
+    follow_up = parse_manifest(
+        read(data_stack, f"dataset/manifests/{after['started']}.jsonl").decode()
+    )
+    assert {e.batch for e in follow_up} == {"first", "second", "third"}, "versions are cumulative"
+
+
+def test_the_lock_of_a_run_that_was_killed_is_taken_over(data_stack: OfflineStack) -> None:
+    hold_runs_in_a_waiting_machine(data_stack)
+    drop(data_stack, "first", range(2))
+    drain(data_stack)
+    wait_until(lambda: len(executions(data_stack)) == 1, message="the first run")
+    (first,) = executions(data_stack)
+    data_stack.aws.stepfunctions.stop_execution(executionArn=first["executionArn"])
+    drop(data_stack, "second", range(10, 11))
+
+    drain(data_stack)
+    wait_until(lambda: len(executions(data_stack)) == 2, message="a second run")
+
+    assert trigger(data_stack)["reason"].startswith("a run holds the lock: ds-")  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_a_drop_of_two_thousand_objects_starts_exactly_one_run(data_stack: OfflineStack) -> None:
+    pair = scene(42)
+    for index in range(1000):
+        # Distinct images (a duplicate would not count as new data): one byte of JPEG comment.
+        image = pair.image[:2] + b"\xff\xfe\x00\x05" + index.to_bytes(3, "big") + pair.image[2:]
+        upload(data_stack, f"incoming/big/images/{index:04d}.jpg", image)
+        upload(data_stack, f"incoming/big/labels/{index:04d}.png", pair.label)
+    upload(data_stack, "incoming/big/_COMPLETE", b"")
+
+    drain(data_stack)
+    wait_until(lambda: len(finished(data_stack)) == 1, timeout=120, message="one finished run")
+
+    (run,) = executions(data_stack)
+    assert run["status"] == "SUCCEEDED"
+    entries = parse_manifest(read(data_stack, f"dataset/manifests/{run['name']}.jsonl").decode())
+    assert len(entries) == 1000
+    assert_every_upload_accounted_for_once(data_stack)
