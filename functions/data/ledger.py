@@ -17,7 +17,6 @@ from pydantic import BaseModel
 from functions.common.errors import RetrainError
 from functions.data.models import (
     BatchRecord,
-    BatchStatus,
     FileRecord,
     LockRecord,
     PairRecord,
@@ -104,33 +103,80 @@ class Ledger:
         return int(item["revision"]["N"]) if item and "revision" in item else 0
 
     # ------------------------------------------------------------ batches --
+    # `last_seen` lives in its own attribute: every object of a drop touches it, from many
+    # functions at once, so it is set unconditionally; the rest changes rarely and by revision.
     def batch(self, batch: str) -> tuple[BatchRecord, int] | None:
         item = self._get(f"batch#{batch}", "batch")
-        return (self._record(item, BatchRecord), self._revision(item)) if item else None
+        if item is None:
+            return None
+        record = self._record(item, BatchRecord)
+        last_seen = datetime.fromisoformat(item["last_seen"]["S"])
+        return record.model_copy(update={"last_seen": last_seen}), self._revision(item)
 
-    def put_batch(self, record: BatchRecord, revision: int) -> None:
-        if record.status is BatchStatus.OPEN:
-            state = ("batch-open", _iso(record.last_seen))
-        else:
-            state = ("batch-closed", _iso(record.closed_at or record.last_seen))
-        self._put(f"batch#{record.batch}", "batch", record, revision=revision, state=state)
+    def touch_batch(self, batch: str, now: datetime) -> None:
+        """Note activity in a batch, creating it (open) if it is new; never conflicts."""
+        initial = BatchRecord(batch=batch, first_seen=now, last_seen=now)
+        self._db.update_item(
+            TableName=self._table,
+            Key={"pk": {"S": f"batch#{batch}"}, "sk": {"S": "batch"}},
+            UpdateExpression=(
+                "SET last_seen = :now, #record = if_not_exists(#record, :initial), "
+                "state_pk = if_not_exists(state_pk, :open), "
+                "state_sk = if_not_exists(state_sk, :now), revision = if_not_exists(revision, :one)"
+            ),
+            ExpressionAttributeNames={"#record": "record"},
+            ExpressionAttributeValues={
+                ":now": {"S": _iso(now)},
+                ":initial": {"S": initial.model_dump_json()},
+                ":open": {"S": "batch-open"},
+                ":one": {"N": "1"},
+            },
+        )
 
-    def open_batches_quiet_since(self, cutoff: datetime) -> list[BatchRecord]:
-        return [
-            self._record(item, BatchRecord)
-            for item in self._query(
-                IndexName=STATE_INDEX,
-                KeyConditionExpression="state_pk = :state AND state_sk < :cutoff",
+    def close_batch(self, record: BatchRecord, revision: int) -> None:
+        """Mark a batch closed, if nobody closed it since we read revision `revision`."""
+        closed_at = record.closed_at or record.last_seen
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": f"batch#{record.batch}"}, "sk": {"S": "batch"}},
+                UpdateExpression=(
+                    "SET #record = :record, state_pk = :closed, state_sk = :at, revision = :next"
+                ),
+                ConditionExpression="revision = :previous",
+                ExpressionAttributeNames={"#record": "record"},
                 ExpressionAttributeValues={
-                    ":state": {"S": "batch-open"},
-                    ":cutoff": {"S": _iso(cutoff)},
+                    ":record": {"S": record.model_dump_json()},
+                    ":closed": {"S": "batch-closed"},
+                    ":at": {"S": _iso(closed_at)},
+                    ":next": {"N": str(revision + 1)},
+                    ":previous": {"N": str(revision)},
                 },
             )
-        ]
+        except ClientError as error:
+            if _conditional_failed(error):
+                raise ConcurrentUpdateError(f"batch {record.batch} changed meanwhile") from error
+            raise
+
+    def open_batches_quiet_since(self, cutoff: datetime) -> list[BatchRecord]:
+        """Open batches with no activity since `cutoff` (open batches are few: filter here)."""
+        found = []
+        for item in self._query(
+            IndexName=STATE_INDEX,
+            KeyConditionExpression="state_pk = :state",
+            ExpressionAttributeValues={":state": {"S": "batch-open"}},
+        ):
+            last_seen = datetime.fromisoformat(item["last_seen"]["S"])
+            if last_seen < cutoff:
+                record = self._record(item, BatchRecord)
+                found.append(record.model_copy(update={"last_seen": last_seen}))
+        return found
 
     def closed_batches(self) -> list[BatchRecord]:
         return [
-            self._record(item, BatchRecord)
+            self._record(item, BatchRecord).model_copy(
+                update={"last_seen": datetime.fromisoformat(item["last_seen"]["S"])}
+            )
             for item in self._query(
                 IndexName=STATE_INDEX,
                 KeyConditionExpression="state_pk = :state",
@@ -266,6 +312,69 @@ class Ledger:
                 Key={"pk": {"S": LOCK_PK}, "sk": {"S": "lock"}},
                 ConditionExpression="holder = :holder",
                 ExpressionAttributeValues={":holder": {"S": holder}},
+            )
+        except ClientError as error:
+            if _conditional_failed(error):
+                return False
+            raise
+        return True
+
+    # ---------------------------------------------- overview and erasure --
+    def batches(self) -> list[BatchRecord]:
+        """Every batch, open and closed (`retrain data status`)."""
+        return [
+            self._record(item, BatchRecord)
+            for state in ("batch-open", "batch-closed")
+            for item in self._query(
+                IndexName=STATE_INDEX,
+                KeyConditionExpression="state_pk = :state",
+                ExpressionAttributeValues={":state": {"S": state}},
+            )
+        ]
+
+    def erase(
+        self,
+        batch: str,
+        *,
+        stem: str | None,
+        files: list[FileRecord],
+        claims: list[tuple[str, str]],
+        dry_run: bool = False,
+    ) -> list[str]:
+        """Delete a pair's item, its files' items and the content claims `(sha256, key)` that
+        still name one of them (an erasure request); the items deleted (with `dry_run`: found),
+        as `pk sk`. A claim that names another key belongs to another file and stays."""
+        keys = [(f"batch#{batch}", f"pair#{stem}")] if stem is not None else []
+        keys += [(f"batch#{f.batch}", f"file#{f.key}#{f.version}") for f in files]
+        erased = []
+        for pk, sk in keys:
+            if dry_run:
+                found = self._get(pk, sk) is not None
+            else:
+                key = {"pk": {"S": pk}, "sk": {"S": sk}}
+                old = self._db.delete_item(TableName=self._table, Key=key, ReturnValues="ALL_OLD")
+                found = bool(old.get("Attributes"))
+            if found:
+                erased.append(f"{pk} {sk}")
+        for sha256, claimed in claims:
+            pk = f"content#{sha256}"
+            if dry_run:
+                item = self._get(pk, "content")
+                found = item is not None and item["key"]["S"] == claimed
+            else:
+                found = self._delete_claim(pk, claimed)
+            if found:
+                erased.append(f"{pk} content")
+        return erased
+
+    def _delete_claim(self, pk: str, claimed: str) -> bool:
+        try:
+            self._db.delete_item(
+                TableName=self._table,
+                Key={"pk": {"S": pk}, "sk": {"S": "content"}},
+                ConditionExpression="#key = :key",
+                ExpressionAttributeNames={"#key": "key"},
+                ExpressionAttributeValues={":key": {"S": claimed}},
             )
         except ClientError as error:
             if _conditional_failed(error):

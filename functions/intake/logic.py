@@ -23,7 +23,6 @@ from functions.common.errors import InvalidEventError
 from functions.common.models import S3ObjectEvent, decode_key
 from functions.data.ledger import Ledger
 from functions.data.models import (
-    BatchRecord,
     BatchStatus,
     FileRecord,
     FileStatus,
@@ -100,8 +99,8 @@ class Intake:
         batch = obj.batch or UNBATCHED
         relative = prefixes.relative_to_batch(obj.key)
         self._touch(batch)
-        # Every fate is recorded against the object version; moto's events carry no versionId.
-        version = obj.version_id or self.bucket.current_version(obj.key) or obj.etag or "null"
+        # Every fate is recorded against the object version (an unversioned bucket: the ETag).
+        version = obj.version_id or obj.etag or "null"
         try:
             kind = classify_key(relative, self.config)
         except RejectedError as error:
@@ -122,14 +121,8 @@ class Intake:
 
     # ------------------------------------------------------------ batches --
     def _touch(self, batch: str) -> None:
-        found = self.ledger.batch(batch)
-        moment = self.clock()
-        if found is None:
-            self.ledger.put_batch(BatchRecord(batch=batch, first_seen=moment, last_seen=moment), 1)
-        else:
-            # A late object of a closed batch still belongs to it (its report is rewritten).
-            record, revision = found
-            self.ledger.put_batch(record.model_copy(update={"last_seen": moment}), revision + 1)
+        # A late object of a closed batch still belongs to it (its report is rewritten).
+        self.ledger.touch_batch(batch, self.clock())
         self.touched.add(batch)
 
     def close(self, batch: str, reason: str) -> None:
@@ -171,7 +164,7 @@ class Intake:
         closed = record.model_copy(
             update={"status": BatchStatus.CLOSED, "closed_at": self.clock(), "close_reason": reason}
         )
-        self.ledger.put_batch(closed, revision + 1)
+        self.ledger.close_batch(closed, revision)
         self.newly_closed.add(batch)
 
     # -------------------------------------------------------------- pairs --
@@ -182,13 +175,17 @@ class Intake:
         else:
             pair, revision = found
         previous = pair.side(role)
+        update: dict[str, Any] = {role.value: side, "status": PairStatus.PENDING}
         if previous is not None and (previous.key, previous.version) == (side.key, side.version):
-            if pair.status is not PairStatus.PENDING:
+            if pair.status not in {PairStatus.PENDING, PairStatus.JUDGING}:
                 return _file_status(pair.status)  # a redelivery of what is already judged
+            # PENDING or JUDGING: a judgement that died half-way is simply done again.
         elif previous is not None:
-            # The same name uploaded again: the newer version replaces the older one.
+            # The same name uploaded again: the newer version replaces the older one, and the
+            # pair is new data again for the next dataset version.
             self._record(batch, previous.key, previous.version, FileStatus.SUPERSEDED, role=role)
-        pair = pair.model_copy(update={role.value: side, "status": PairStatus.PENDING})
+            update["dataset_version"] = None
+        pair = pair.model_copy(update=update)
         whole = pair.image is not None and pair.label is not None
         if whole:
             pair = pair.model_copy(update={"status": PairStatus.JUDGING})

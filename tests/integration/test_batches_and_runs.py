@@ -179,3 +179,22 @@ def test_a_drop_of_two_thousand_objects_starts_exactly_one_run(data_stack: Offli
     entries = parse_manifest(read(data_stack, f"dataset/manifests/{run['name']}.jsonl").decode())
     assert len(entries) == 1000
     assert_every_upload_accounted_for_once(data_stack)
+
+
+def test_a_corrected_label_uploaded_after_a_run_is_new_data_for_the_next(
+    data_stack: OfflineStack,
+) -> None:
+    drop(data_stack, "fixes", range(2))
+    drain(data_stack)
+    wait_until(lambda: len(finished(data_stack)) == 1, message="the first run")
+    assert trigger(data_stack)["reason"] == "no new curated pairs in closed batches"
+
+    upload(data_stack, "incoming/fixes/labels/scene-1.png", scene(2).label)  # a corrected mask
+    drain(data_stack)
+    second = trigger(data_stack)
+
+    assert second["started"], second
+    assert second["reason"] == "1 new pairs (threshold 1)"
+    statuses = sorted(r["status"] for r in fates(data_stack).values() if "scene-1.png" in r["key"])
+    assert statuses == ["curated", "superseded"]
+    assert_every_upload_accounted_for_once(data_stack)
