@@ -51,10 +51,11 @@ def process_object(obj: dict[str, Any]) -> str:
 
 def handle_record(record: SQSRecord) -> None:
     assert _intake is not None
-    for obj in parse_notification(record.body):
-        if obj.version_id is None:
+    for event in parse_notification(record.body):
+        obj = event
+        if event.version_id is None:
             # moto's events carry no versionId; AWS's do. Idempotency is per version either way.
-            obj = obj.model_copy(update={"version_id": _intake.bucket.current_version(obj.key)})
+            obj = event.model_copy(update={"version_id": _intake.bucket.current_version(event.key)})
         process_object(obj=obj.model_dump(mode="json"))
 
 
