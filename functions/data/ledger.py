@@ -323,7 +323,9 @@ class Ledger:
     def batches(self) -> list[BatchRecord]:
         """Every batch, open and closed (`retrain data status`)."""
         return [
-            self._record(item, BatchRecord)
+            self._record(item, BatchRecord).model_copy(
+                update={"last_seen": datetime.fromisoformat(item["last_seen"]["S"])}
+            )
             for state in ("batch-open", "batch-closed")
             for item in self._query(
                 IndexName=STATE_INDEX,

@@ -316,14 +316,16 @@ class _Subject:
         return hashes
 
     def claims(self) -> list[tuple[str, str]]:
-        """The content-index claims this subject's images may hold: (sha256, batch-relative key)."""
+        """The content-index claims this subject's images may hold: (sha256, `<batch>/<key>`)."""
         claims = {
-            (f.sha256, prefixes.relative_to_batch(f.key))
+            (f.sha256, f"{f.batch}/{prefixes.relative_to_batch(f.key)}")
             for f in self.files
             if f.role is Role.IMAGE and f.sha256
         }
         if self.pair is not None and self.pair.image is not None and self.pair.image.check.sha256:
-            claims.add((self.pair.image.check.sha256, self.pair.image.check.key))
+            claims.add(
+                (self.pair.image.check.sha256, f"{self.pair.batch}/{self.pair.image.check.key}")
+            )
         return sorted(claims)
 
 
@@ -375,7 +377,9 @@ class Purger:
             f.destination for f in subject.files if f.destination
         }
         if subject.key:
-            named.add(subject.key)
+            # Where intake sets a stray file aside, whether or not the ledger still says so.
+            quarantined = prefixes.quarantine_key(batch, prefixes.relative_to_batch(subject.key))
+            named |= {subject.key, quarantined}
         if subject.pair is not None:
             pair = subject.pair
             named |= {side.key for side in (pair.image, pair.label) if side is not None}
@@ -392,12 +396,6 @@ class Purger:
                 for version in self._listing(folder):
                     if self._is_part(subject, version.key):
                         found[(version.key, version.version_id)] = version
-        else:
-            assert subject.key is not None
-            quarantined = prefixes.quarantine_key(
-                subject.batch, prefixes.relative_to_batch(subject.key)
-            )
-            subject.named_keys |= {quarantined, prefixes.reason_key(quarantined)}
         for key in subject.named_keys:
             for version in self._listing(key):
                 if version.key == key:

@@ -189,9 +189,12 @@ class Intake:
         whole = pair.image is not None and pair.label is not None
         if whole:
             pair = pair.model_copy(update={"status": PairStatus.JUDGING})
+        elif side.check.reasons:
+            # Broken on its own: no partner can save it (and the sweeper must not wait for one).
+            pair = pair.model_copy(update={"status": PairStatus.INVALID})
         self.ledger.put_pair(pair, revision + 1)  # the conditional write is the claim to judge
         if not whole:
-            if side.check.reasons:  # broken on its own: no partner can save it
+            if side.check.reasons:
                 self._quarantine(
                     batch,
                     side.key,
@@ -216,7 +219,7 @@ class Intake:
             pair.image.check,
             pair.label.check,
             taxonomy=self.config.taxonomy,
-            index=self.ledger,
+            index=_BatchScopedIndex(self.ledger, pair.batch),
         )
         if result.status is Status.VALID:
             return self._curate(pair, result)
@@ -330,6 +333,17 @@ class Intake:
                 **details,
             )
         )
+
+
+@dataclass(frozen=True)
+class _BatchScopedIndex:
+    """Claims content under `<batch>/<key>`: the same file name in two batches is two files."""
+
+    ledger: Ledger
+    batch: str
+
+    def claim(self, sha256: str, key: str) -> str | None:
+        return self.ledger.claim(sha256, f"{self.batch}/{key}")
 
 
 def _file_status(status: PairStatus) -> FileStatus:

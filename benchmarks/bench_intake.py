@@ -1,0 +1,434 @@
+"""Intake at scale: Lambda invocations per upload, runs per drop, cold start, package size.
+
+    .venv/bin/python benchmarks/bench_intake.py [--objects 1000] [--drops 3] [--repeats 5]
+
+Run from the repository root. Prints `name: value` lines on stdout, progress on stderr:
+- `lambda_invocations_per_1000_objects`: an annotation team's burst of uploads (distinct small
+  street scenes, image + label) through S3 -> SQS -> the offline stack's real event-source
+  poller with the template's BatchSize and MaximumBatchingWindowInSeconds -> the intake
+  function; invocations of the intake function, scaled to 1,000 objects.
+- `executions_per_data_drop`: drops one after another, each closed by its `_COMPLETE` marker
+  (MinNewPairs=1, SettleSeconds=0), every schedule fired twice more after each run; Step
+  Functions executions over drops (target: exactly 1).
+- `intake_cold_start_import_seconds`, `boto3_import_seconds`, `intake_import_vs_boto3_ratio`:
+  `import functions.intake.app` in a fresh interpreter with the function's environment, as on
+  Lambda (tracing on), against a bare `import boto3`; medians over `--repeats`, after one
+  discarded import that writes the bytecode caches (a deployed package ships compiled files).
+- `deployed_package_mib`: what the Makefile's `build-%` target (SAM's makefile builder) puts in
+  the artifact: `functions/` (without caches) plus `pip install --target` of the packages that
+  target names, with `constraints.txt`. Fails if torch or the SageMaker SDK ends up inside.
+  Where pip cannot install, the installed distributions of that dependency closure are measured
+  instead (`deployed_package_method` says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import random
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from PIL import Image
+
+from retrain.local.stack import OfflineStack, StackOptions
+from retrain.synth import draw_scene
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENE_SIZE = (96, 48)
+MIB = 1024 * 1024
+# Functions log JSON at INFO on AWS; here only the numbers should reach stdout.
+QUIET = {"POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
+FORBIDDEN = ("torch", "sagemaker")
+INTAKE = "IntakeFunction"
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def metric(name: str, value: object) -> None:
+    print(f"{name}: {value}", flush=True)
+
+
+@contextlib.contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """Whatever the stack and its functions print goes to stderr, not between the numbers."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+# ------------------------------------------------------------------ uploads --
+def encode(picture: Image.Image, fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    picture.save(buffer, format=fmt)
+    return buffer.getvalue()
+
+
+def scenes(count: int, seed: int) -> Iterator[tuple[bytes, bytes]]:
+    """`count` distinct image/label pairs: one drawn scene, each image given its own JPEG
+    comment (same pixels, different bytes: no pair is a duplicate of another)."""
+    image, label = draw_scene(SCENE_SIZE, random.Random(seed))
+    jpeg, png = encode(image, "JPEG"), encode(label, "PNG")
+    for index in range(count):
+        comment = b"\xff\xfe\x00\x06" + seed.to_bytes(1, "big") + index.to_bytes(3, "big")
+        yield jpeg[:2] + comment + jpeg[2:], png
+
+
+def put(stack: OfflineStack, key: str, body: bytes) -> None:
+    stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key=key, Body=body)
+
+
+def queue_depth(stack: OfflineStack) -> int:
+    attributes = stack.aws.sqs.get_queue_attributes(
+        QueueUrl=stack.ref("IntakeQueue"),
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return sum(int(value) for value in attributes.values())
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench_intake: timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def wait_for_finished(runs: Callable[[], list[dict[str, object]]], count: int, what: str) -> None:
+    wait_for(lambda: sum(r["status"] != "RUNNING" for r in runs()) >= count, 60, what)
+
+
+def intake_invocations(stack: OfflineStack) -> int:
+    return sum(INTAKE in i.function for i in stack.runtime.invocations)
+
+
+# ------------------------------------------------- invocations per objects --
+def invocations_per_thousand(objects: int) -> tuple[float, float, int, float]:
+    """(invocations per 1,000 objects, mean objects per invocation, batch size, window)."""
+    # The template's batching window and batch size: no override.
+    options = StackOptions(tick=False, function_environment=QUIET)
+    with quiet_stdout(), OfflineStack(options) as stack:
+        (mapping,) = stack.poller.mappings
+        log(
+            f"[invocations] batch size {mapping.batch_size}, window "
+            f"{mapping.batching_window_seconds:g} s; uploading {objects} objects"
+        )
+        # S3 announces a new notification configuration with an s3:TestEvent: not an upload.
+        wait_for(lambda: queue_depth(stack) == 0, 60, "the s3:TestEvent to be consumed")
+        before = intake_invocations(stack)
+        started = time.monotonic()
+        for index, (image, label) in enumerate(scenes(objects // 2, seed=1)):
+            put(stack, f"incoming/burst/images/{index:05d}.jpg", image)
+            put(stack, f"incoming/burst/labels/{index:05d}.png", label)
+        uploaded = time.monotonic() - started
+        log(f"[invocations] uploaded in {uploaded:.1f} s; waiting for the intake")
+        wait_for(lambda: queue_depth(stack) == 0, 600, "the intake to take every upload")
+        invocations = intake_invocations(stack) - before
+        failed = [
+            i for i in stack.runtime.invocations[before:] if INTAKE in i.function and i.failed
+        ]
+        if failed:
+            raise SystemExit(f"bench_intake: {len(failed)} intake invocations failed: {failed[0]}")
+        log(
+            f"[invocations] {invocations} invocations in {time.monotonic() - started:.1f} s "
+            f"for {objects} objects"
+        )
+        return (
+            invocations * 1000 / objects,
+            objects / invocations,
+            mapping.batch_size,
+            mapping.batching_window_seconds,
+        )
+
+
+# --------------------------------------------------------- runs per drop --
+def executions_per_drop(drops: int, pairs: int) -> float:
+    parameters = {"MinNewPairs": "1", "SettleSeconds": "0"}
+    options = StackOptions(
+        parameters=parameters,
+        poll=False,
+        tick=False,
+        batching_window_seconds=0,
+        function_environment=QUIET,
+    )
+    with quiet_stdout(), OfflineStack(options) as stack:
+        (mapping,) = stack.poller.mappings
+        sfn = stack.aws.stepfunctions
+        machine = stack.ref("RetrainStateMachine")
+
+        def runs() -> list[dict[str, object]]:
+            return [dict(e) for e in sfn.list_executions(stateMachineArn=machine)["executions"]]
+
+        def deliver() -> None:
+            while stack.poller.poll_once(mapping, wait_seconds=0.1).received:
+                pass
+
+        for drop in range(drops):
+            batch = f"drop-{drop}"
+            for index, (image, label) in enumerate(scenes(pairs, seed=10 + drop)):
+                put(stack, f"incoming/{batch}/images/{index:03d}.jpg", image)
+                put(stack, f"incoming/{batch}/labels/{index:03d}.png", label)
+            put(stack, f"incoming/{batch}/_COMPLETE", b"")
+            deliver()
+            wait_for_finished(runs, drop + 1, f"the run of {batch}")
+            # The schedules keep firing (sweeper, trigger): none of that may start a second run.
+            for _ in range(2):
+                stack.ticker.tick_all()
+            deliver()
+            log(f"[drops] {batch}: {len(runs())} executions so far")
+        not_succeeded = [r for r in runs() if r["status"] != "SUCCEEDED"]
+        if not_succeeded:
+            raise SystemExit(f"bench_intake: runs did not succeed: {not_succeeded}")
+        return len(runs()) / drops
+
+
+# ------------------------------------------------------------ cold start --
+FUNCTION_ENVIRONMENT = {
+    # What the template gives the intake function, with AWS's own variables for a Lambda.
+    "AWS_REGION": "us-east-1",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_LAMBDA_FUNCTION_NAME": "retrain-IntakeFunction",
+    "LAMBDA_TASK_ROOT": str(ROOT),  # Powertools turns tracing on only inside Lambda
+    "POWERTOOLS_SERVICE_NAME": "intake",
+    "POWERTOOLS_METRICS_NAMESPACE": "Retrain",
+    "POWERTOOLS_LOG_LEVEL": "INFO",
+    "DATA_BUCKET": "retrain-data-123456789012-us-east-1",
+    "LEDGER_TABLE": "retrain-LedgerTable",
+    "IDEMPOTENCY_TABLE": "retrain-IdempotencyTable",
+    "TRIGGER_FUNCTION": "retrain-TriggerFunction",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+}
+TIMED_IMPORT = (
+    "import time; started = time.perf_counter(); import {module}; "
+    "print(time.perf_counter() - started)"
+)
+
+
+def import_seconds(module: str, repeats: int) -> float:
+    environment = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": os.environ.get("HOME", ""),
+        "PYTHONPATH": str(ROOT),
+        **FUNCTION_ENVIRONMENT,
+    }
+    times = []
+    for attempt in range(repeats + 1):
+        done = subprocess.run(
+            [sys.executable, "-c", TIMED_IMPORT.format(module=module)],
+            capture_output=True,
+            text=True,
+            env=environment,
+            cwd=ROOT,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"bench_intake: importing {module} failed:\n{done.stderr}")
+        if attempt:  # the first one writes the bytecode caches
+            times.append(float(done.stdout.strip().splitlines()[-1]))
+    return statistics.median(times)
+
+
+# ---------------------------------------------------------- package size --
+def build_requirements() -> list[str]:
+    """The packages the Makefile's `build-%` target installs (read, so the two cannot drift)."""
+    text = (ROOT / "Makefile").read_text(encoding="utf-8").replace("\\\n", " ")
+    recipe = re.search(r"^build-%:.*?\n((?:\t.*\n?)+)", text, flags=re.MULTILINE)
+    if recipe is None:
+        raise SystemExit("bench_intake: the Makefile has no build-% target")
+    for line in recipe.group(1).splitlines():
+        words = shlex.split(line.strip())
+        if "pip" in words and "install" in words:
+            after = words[words.index("install") + 1 :]
+            skip_next = {"-c", "--constraint", "--target", "-t"}
+            requirements, skipping = [], False
+            for word in after:
+                if skipping:
+                    skipping = False
+                elif word in skip_next:
+                    skipping = True
+                elif not word.startswith("-"):
+                    requirements.append(word)
+            if "constraints.txt" not in after:
+                raise SystemExit("bench_intake: build-% installs without constraints.txt")
+            return requirements
+    raise SystemExit("bench_intake: the build-% target runs no pip install")
+
+
+def tree_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def top_level_sizes(folder: Path) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for path in folder.iterdir():
+        name = path.name
+        size = tree_bytes(path) if path.is_dir() else path.stat().st_size
+        sizes[name] = sizes.get(name, 0) + size
+    return sizes
+
+
+def pip_install(requirements: list[str], target: Path) -> str | None:
+    """`pip install --target` as `build-%` runs it; None when it worked, else pip's complaint."""
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--retries",
+        "0",
+        "--timeout",
+        "15",
+        "--target",
+        str(target),
+        "-c",
+        str(ROOT / "constraints.txt"),
+        *requirements,
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    except subprocess.TimeoutExpired:
+        return "pip took more than 300 s"
+    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
+
+
+def closure(requirements: list[str]) -> list[metadata.Distribution]:
+    """The installed distributions `requirements` pull in, markers and extras honoured."""
+    found: dict[str, metadata.Distribution] = {}
+    pending = [(Requirement(r), frozenset(Requirement(r).extras)) for r in requirements]
+    while pending:
+        requirement, extras = pending.pop()
+        key = requirement.name.lower().replace("_", "-")
+        if key in found:
+            continue
+        try:
+            distribution = metadata.distribution(requirement.name)
+        except metadata.PackageNotFoundError:
+            continue
+        found[key] = distribution
+        for text in distribution.requires or []:
+            child = Requirement(text)
+            marker = child.marker
+            wanted = marker is None or any(
+                marker.evaluate({"extra": extra}) for extra in (extras or {""})
+            )
+            if wanted:
+                pending.append((child, frozenset(child.extras)))
+    return list(found.values())
+
+
+def installed_bytes(distributions: list[metadata.Distribution]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for distribution in distributions:
+        total = 0
+        for file in distribution.files or []:
+            path = Path(str(distribution.locate_file(file)))
+            if path.is_file():
+                total += path.stat().st_size
+        sizes[distribution.metadata["Name"]] = total
+    return sizes
+
+
+def zipped_bytes(folder: Path) -> int:
+    with tempfile.TemporaryFile() as handle:
+        with zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in sorted(folder.rglob("*")):
+                if path.is_file():
+                    archive.write(path, path.relative_to(folder))
+        return handle.tell()
+
+
+def package_size(use_pip: bool) -> tuple[float, float | None, str, str]:
+    """(MiB unzipped, MiB zipped or None, method, the largest parts)."""
+    requirements = build_requirements()
+    log(f"[package] functions/ + pip install --target {' '.join(requirements)}")
+    with tempfile.TemporaryDirectory() as scratch:
+        artifact = Path(scratch) / "artifact"
+        shutil.copytree(
+            ROOT / "functions",
+            artifact / "functions",
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
+        problem = pip_install(requirements, artifact) if use_pip else "--installed-only"
+        if problem is None:
+            method = "pip install --target (the Makefile's build-% target)"
+            parts = top_level_sizes(artifact)
+            names = {name.lower() for name in parts}
+            total, zipped = tree_bytes(artifact), zipped_bytes(artifact)
+        else:
+            log(f"[package] pip could not install ({problem}); measuring the installed ones")
+            method = f"installed distributions (importlib.metadata), pip not used: {problem}"
+            parts = installed_bytes(closure(requirements))
+            parts["functions"] = tree_bytes(artifact / "functions")
+            names = {name.lower() for name in parts}
+            total, zipped = sum(parts.values()), None
+    inside = sorted(
+        name
+        for name in names
+        for forbidden in FORBIDDEN
+        if name == forbidden or name.startswith((f"{forbidden}-", f"{forbidden}_"))
+    )
+    if inside:
+        raise SystemExit(f"bench_intake: the Lambda package contains {', '.join(inside)}")
+    largest = sorted(parts.items(), key=lambda item: item[1], reverse=True)[:4]
+    described = ", ".join(f"{name} {size / MIB:.1f}" for name, size in largest)
+    return total / MIB, (zipped / MIB if zipped is not None else None), method, described
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=1000, help="objects in the burst (even)")
+    parser.add_argument("--drops", type=int, default=3)
+    parser.add_argument("--pairs-per-drop", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=5, help="imports timed per module")
+    parser.add_argument(
+        "--installed-only",
+        action="store_true",
+        help="measure the package from the installed distributions, without pip",
+    )
+    args = parser.parse_args()
+    os.chdir(ROOT)
+    started = time.monotonic()
+
+    per_thousand, per_invocation, batch_size, window = invocations_per_thousand(args.objects)
+    metric("lambda_invocations_per_1000_objects", f"{per_thousand:.1f}")
+    metric("intake_objects_per_invocation", f"{per_invocation:.1f}")
+    metric("intake_batch_size_and_window", f"{batch_size} messages, {window:g} s")
+
+    log(f"[drops] {args.drops} drops of {args.pairs_per_drop} pairs, one after another")
+    metric("executions_per_data_drop", f"{executions_per_drop(args.drops, args.pairs_per_drop):g}")
+
+    log(f"[imports] {args.repeats} fresh interpreters per module")
+    intake = import_seconds("functions.intake.app", args.repeats)
+    boto3 = import_seconds("boto3", args.repeats)
+    metric("intake_cold_start_import_seconds", f"{intake:.3f}")
+    metric("boto3_import_seconds", f"{boto3:.3f}")
+    metric("intake_import_vs_boto3_ratio", f"{intake / boto3:.2f}")
+
+    mib, zipped, method, largest = package_size(use_pip=not args.installed_only)
+    metric("deployed_package_mib", f"{mib:.1f}")
+    if zipped is not None:
+        metric("deployed_package_zipped_mib", f"{zipped:.1f}")
+    metric("deployed_package_largest_mib", largest)
+    metric("deployed_package_method", method)
+    log(f"[done] in {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
