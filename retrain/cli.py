@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import typer
 
+from retrain.commands import advise as advise_command
+from retrain.commands import data as data_command
 from retrain.commands import local
+from retrain.commands import plan_job as plan_job_command
 from retrain.commands import synth as synth_command
 from retrain.commands import train as train_command
 from retrain.commands import validate as validate_command
@@ -19,9 +22,12 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(local.app, name="local")
+app.add_typer(data_command.app, name="data")
 app.command(name="synth")(synth_command.command)
 app.command(name="train", context_settings=train_command.CONTEXT_SETTINGS)(train_command.command)
 app.command(name="validate")(validate_command.validate)
+app.command(name="plan-job")(plan_job_command.command)
+app.command(name="advise")(advise_command.command)
 
 
 def main() -> None:

@@ -13,7 +13,9 @@ GPU; locally the same command runs on CPU with gloo:
 to `SM_OUTPUT_DATA_DIR` (and beside the model); checkpoints to `/opt/ml/checkpoints`, which
 SageMaker syncs to S3 and restores on restart; hyperparameters as `--name value` flags; rank and
 world size from torchrun's environment. Rank 0 alone logs, prints one `METRIC ...` line per epoch
-for SageMaker's MetricDefinitions, and writes files.
+for SageMaker's MetricDefinitions, and writes files. Batches come from loader workers laid out per
+host (`loader.py`: decoding never happens in this process on a GPU host); every step is split into
+data wait, compute and exposed all-reduce, per rank (`timing.py`).
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from trainer import checkpoint, distributed, lineage
+from trainer import checkpoint, distributed, lineage, loader, timing
 from trainer.data import (
+    DEFAULT_JITTER,
     Augment,
     ResumableDistributedSampler,
     SegmentationDataset,
@@ -61,6 +64,7 @@ from trainer.data import (
     read_manifest,
     to_device,
 )
+from trainer.decode import DECODERS, ImageDecoder, pick_decoder
 from trainer.metrics import (
     IGNORE_INDEX,
     ConfusionMatrix,
@@ -188,6 +192,12 @@ def get_args_parser() -> argparse.ArgumentParser:
     )
     opt.add_argument("--scale-min", type=float, default=0.5, help="random scale, lower bound")
     opt.add_argument("--scale-max", type=float, default=2.0, help="random scale, upper bound")
+    opt.add_argument(
+        "--jitter",
+        type=float,
+        default=DEFAULT_JITTER,
+        help="photometric jitter: brightness and contrast 1 +- this, colour 1 +- this/4 (0: off)",
+    )
     opt.add_argument("--seed", type=int, default=0)
 
     system = parser.add_argument_group("distributed, precision, loading")
@@ -204,8 +214,25 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=-1,
-        help="loader workers per process (-1: 0 on CPU, up to 8 on a GPU host)",
+        help="loader workers per process (-1: the process's share of the cores less one on a "
+        "GPU host, 0 on CPU)",
     )
+    system.add_argument(
+        "--prefetch-factor",
+        type=int,
+        default=0,
+        help="batches each worker prepares ahead (0: about 8 per process, at least 2 each)",
+    )
+    system.add_argument(
+        "--decoder",
+        choices=("auto", *DECODERS),
+        default="auto",
+        help="JPEG decoder (auto: the fastest installed; Pillow always is)",
+    )
+    _flag(
+        system, "--time-communication", True,
+        "time DDP's all-reduces with a communication hook (compute/communication split)",
+    )  # fmt: skip
     _flag(system, "--deterministic", False, "deterministic kernels (slower on GPUs)")
 
     ckpt = parser.add_argument_group("checkpoints and logging")
@@ -245,6 +272,9 @@ class EpochProgress:
     images: int = 0
     wait_seconds: float = 0.0
     train_seconds: float = 0.0
+    # Gradient all-reduce not hidden behind backward, and all of it (see trainer/timing.py).
+    comm_seconds: float = 0.0
+    allreduce_seconds: float = 0.0
 
 
 @dataclass
@@ -305,6 +335,8 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
     # --- model and optimisation ---
     state = RunState(init_from=_init_from(args))
     bare_model, model, channels_last = _build_model(args, context, classes, state.init_from)
+    # Wraps DDP's own all-reduce, so gradients are averaged exactly as without it.
+    comm_timer = timing.attach_timer(model, device) if args.time_communication else None
     optimizer, scheduler, scaler, amp_dtype = _optimization(args, model, steps_per_epoch, device)
     weights = (
         class_weights(train_set.entries, len(classes))
@@ -342,6 +374,12 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
         "val_images": len(val_set),
         "init_from": state.init_from,
         "resumed_from": state.resumed_from,
+        "loader": {
+            "decoder": train_set.decoder.name,
+            "workers": train_loader.num_workers,
+            "prefetch_factor": train_loader.prefetch_factor,
+            "pin_memory": train_loader.pin_memory,
+        },
     }
     saver = Checkpointer(args, context, dataset_version)
     log.info(
@@ -384,6 +422,7 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
             scheduler=scheduler, scaler=scaler, device=device, epoch=epoch, args=args,
             first_step=first_step, steps=steps_per_epoch, global_step=global_step,
             progress=progress, amp_dtype=amp_dtype, channels_last=channels_last, on_step=on_step,
+            comm_timer=comm_timer,
         )  # fmt: skip
         totals = _reduce_progress(progress, device, context.world_size)
 
@@ -440,18 +479,20 @@ def train_one_epoch(
     amp_dtype: torch.dtype | None,
     channels_last: bool,
     on_step: Callable[[int, int, EpochProgress], None],
+    comm_timer: timing.AllReduceTimer | None = None,
 ) -> int:
     """Optimizer steps `first_step`..`steps` of one epoch; returns the global step reached."""
     model.train()
     batches = iter(data_loader)
     for step_in_epoch in range(first_step, steps):
         step_started = time.perf_counter()
+        step_wait = 0.0
         optimizer.zero_grad(set_to_none=True)
         for micro in range(args.grad_accum):
             # Stall = time blocked on the loader: what a faster input pipeline could win back.
             waited = time.perf_counter()
             raw_images, raw_labels = next(batches)
-            progress.wait_seconds += time.perf_counter() - waited
+            step_wait += time.perf_counter() - waited
             images, labels = to_device(raw_images, raw_labels, device, channels_last)
             # DDP all-reduces gradients in every backward: accumulate locally until the last one.
             accumulate = isinstance(model, DistributedDataParallel) and micro + 1 < args.grad_accum
@@ -471,7 +512,14 @@ def train_one_epoch(
             optimizer.step()
         scheduler.step()
         global_step += 1
-        progress.train_seconds += time.perf_counter() - step_started
+        step_seconds = time.perf_counter() - step_started
+        # After loss.item() above: the device has finished this step's all-reduces.
+        allreduce, exposed = comm_timer.collect() if comm_timer is not None else (0.0, 0.0)
+        wait, _, communication = timing.split_step(step_seconds, step_wait, exposed)
+        progress.wait_seconds += wait
+        progress.comm_seconds += communication
+        progress.allreduce_seconds += allreduce
+        progress.train_seconds += step_seconds
 
         if args.log_every and (step_in_epoch + 1) % args.log_every == 0:
             log.info(
@@ -652,30 +700,31 @@ def _loaders(
     train_sampler = ResumableDistributedSampler(
         train_set, context.world_size, context.rank, seed=args.seed
     )
-    workers = _workers(args.workers, context)
+    workers = (
+        args.workers
+        if args.workers >= 0
+        else loader.default_workers(context.local_world_size, accelerator=cuda)
+    )
     loading: dict[str, Any] = {
-        "num_workers": workers,
+        "workers": workers,
+        # Pinned pages: the host-to-GPU copy can then run asynchronously (non_blocking).
         "pin_memory": cuda,
-        "persistent_workers": workers > 0,
+        "prefetch_factor": args.prefetch_factor,
     }
-    train_loader = DataLoader(
+    train_loader = loader.make_loader(
         train_set,
         batch_size=args.batch_size,
         sampler=train_sampler,
         # Full batches only: BiSeNetV2's context block batch-normalises a 1x1 pooled map, which
         # cannot be done for a batch of one.
         drop_last=True,
-        # A private generator: making an iterator then draws nothing from the global RNG, so a
-        # run resumed mid-epoch continues the very same dropout stream.
-        generator=torch.Generator(),
         **loading,
     )
-    val_loader = DataLoader(
+    val_loader = loader.make_loader(
         val_set,
         batch_size=args.val_batch_size or args.batch_size,
         # Every val sample exactly once across ranks: DistributedSampler would pad with repeats.
         sampler=ShardSampler(len(val_set), context.world_size, context.rank),
-        generator=torch.Generator(),
         **loading,
     )
     return train_sampler, train_loader, val_loader
@@ -770,21 +819,13 @@ def _datasets(
             "a run needs both"
         )
     base_size = parse_size(args.base_size) if args.base_size else None
-    augment = Augment(parse_size(args.crop), args.scale_min, args.scale_max)
+    augment = Augment(parse_size(args.crop), args.scale_min, args.scale_max, jitter=args.jitter)
+    decoder = ImageDecoder(pick_decoder(args.decoder))
     data_dir = Path(args.data_dir)
     return (
-        SegmentationDataset(data_dir, train_entries, augment, base_size),
-        SegmentationDataset(data_dir, val_entries, None, base_size),
+        SegmentationDataset(data_dir, train_entries, augment, base_size, decoder),
+        SegmentationDataset(data_dir, val_entries, None, base_size, decoder),
     )
-
-
-def _workers(requested: int, context: distributed.Context) -> int:
-    if requested >= 0:
-        return requested
-    if context.device.type != "cuda":
-        # On CPU the model trains on the same cores: workers would only take them from compute.
-        return 0
-    return max(1, min(8, (os.cpu_count() or 2) // context.local_world_size - 1))
 
 
 def _init_from(args: argparse.Namespace) -> str | None:
@@ -859,32 +900,50 @@ def _grad_scaler() -> Any:
 
 def _reduce_progress(
     progress: EpochProgress, device: torch.device, world_size: int
-) -> dict[str, float]:
-    """The epoch's sums over all ranks: loss, images, time waiting on data, time stepping."""
+) -> dict[str, Any]:
+    """The epoch over all ranks (loss, images/s, where step time went), and each rank's split."""
     sums = torch.tensor(
-        [
-            progress.loss_sum,
-            progress.micro_batches,
-            progress.images,
-            progress.wait_seconds,
-            progress.train_seconds,
-        ],
-        dtype=torch.float64,
+        [progress.loss_sum, progress.micro_batches, progress.images], dtype=torch.float64,
         device=device,
-    )
+    )  # fmt: skip
     distributed.all_reduce_sum(sums)
-    loss, micro_batches, images, wait, seconds = sums.tolist()
+    loss, micro_batches, images = sums.tolist()
+    # Every rank's own times: a rank starved by its loader shows a high stall while the others
+    # show the same time as communication (they wait for it in the all-reduce).
+    every_rank = [
+        EpochProgress(**fields) for fields in distributed.gather_objects(asdict(progress))
+    ]
+    seconds = sum(rank.train_seconds for rank in every_rank)
+    wait = sum(rank.wait_seconds for rank in every_rank)
+    communication = sum(rank.comm_seconds for rank in every_rank)
+    allreduce = sum(rank.allreduce_seconds for rank in every_rank)
     return {
         "loss": loss / max(1.0, micro_batches),
-        "stall_fraction": wait / seconds if seconds > 0 else 0.0,
+        **timing.fractions(seconds, wait, max(0.0, seconds - wait - communication), communication),
+        "allreduce_fraction": min(1.0, allreduce / seconds) if seconds > 0 else 0.0,
         # Ranks step in lock-step, so the mean rank's time is the epoch's training time.
         "images_per_sec": images / (seconds / world_size) if seconds > 0 else 0.0,
+        "ranks": [_rank_timing(rank, fields) for rank, fields in enumerate(every_rank)],
+    }
+
+
+def _rank_timing(rank: int, progress: EpochProgress) -> dict[str, Any]:
+    step = progress.train_seconds
+    compute = max(0.0, step - progress.wait_seconds - progress.comm_seconds)
+    return {
+        "rank": rank,
+        "step_seconds": round(step, 4),
+        "data_wait_seconds": round(progress.wait_seconds, 4),
+        "compute_seconds": round(compute, 4),
+        "communication_seconds": round(progress.comm_seconds, 4),
+        "allreduce_seconds": round(progress.allreduce_seconds, 4),
+        "stall_fraction": round(min(1.0, progress.wait_seconds / step) if step > 0 else 0.0, 6),
     }
 
 
 def _epoch_record(
     epoch: int,
-    totals: dict[str, float],
+    totals: dict[str, Any],
     optimizer: torch.optim.Optimizer,
     confusion: ConfusionMatrix,
     *,
@@ -898,10 +957,14 @@ def _epoch_record(
         "miou": round(confusion.miou(), 6),
         "per_class_iou": per_class(classes, confusion.iou()),
         "pixel_accuracy": round(confusion.pixel_accuracy(), 6),
-        "stall_fraction": round(min(1.0, totals["stall_fraction"]), 6),
+        "stall_fraction": round(totals["stall_fraction"], 6),
+        "compute_fraction": round(totals["compute_fraction"], 6),
+        "communication_fraction": round(totals["communication_fraction"], 6),
+        "allreduce_fraction": round(totals["allreduce_fraction"], 6),
         "images_per_sec": round(totals["images_per_sec"], 3),
         "epoch_seconds": 0.0,
         "steps": steps,
+        "ranks": totals["ranks"],
     }
 
 
@@ -911,6 +974,8 @@ def _epoch_metric_line(record: dict[str, Any]) -> str:
         train_loss=record["train_loss"],
         val_miou=record["miou"],
         stall_fraction=record["stall_fraction"],
+        compute_fraction=record["compute_fraction"],
+        communication_fraction=record["communication_fraction"],
         images_per_sec=record["images_per_sec"],
         epoch_seconds=record["epoch_seconds"],
         lr=record["lr"],

@@ -79,6 +79,33 @@ def dump_manifest(entries: list[ManifestEntry]) -> str:
     return "".join(entry.model_dump_json() + "\n" for entry in entries)
 
 
+class RankTiming(BaseModel):
+    """One rank's epoch: where its step time went (data wait + compute + communication = step)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    rank: int = Field(ge=0)
+    step_seconds: float = Field(ge=0.0)
+    data_wait_seconds: float = Field(ge=0.0)
+    compute_seconds: float = Field(ge=0.0)
+    # The gradient all-reduce not hidden behind backward.
+    communication_seconds: float = Field(ge=0.0)
+    # Any all-reduce in flight, overlapped with backward or not.
+    allreduce_seconds: float = Field(ge=0.0)
+    stall_fraction: float = Field(ge=0.0, le=1.0)
+
+
+class LoaderInfo(BaseModel):
+    """How the run's input pipeline was laid out, to explain its stall fraction."""
+
+    model_config = ConfigDict(extra="allow")
+
+    decoder: str
+    workers: int = Field(ge=0)
+    prefetch_factor: int | None = None
+    pin_memory: bool
+
+
 class EpochMetrics(BaseModel):
     """What one epoch did: loss, validation quality, and how fast it went."""
 
@@ -96,6 +123,13 @@ class EpochMetrics(BaseModel):
     images_per_sec: float = Field(ge=0.0)
     epoch_seconds: float = Field(ge=0.0)
     steps: int = Field(ge=0)
+    # The rest of the step time, over all ranks: stall + compute + communication = 1. Optional:
+    # trainers before the step timing (issue 6) did not write them.
+    compute_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    communication_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    # Any gradient all-reduce in flight / step time (overlaps compute; not part of the sum).
+    allreduce_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    ranks: list[RankTiming] | None = None
 
 
 class BaselineMetrics(BaseModel):
@@ -144,6 +178,7 @@ class MetricsFile(BaseModel):
     val_images: int = Field(ge=0)
     init_from: str | None = None
     resumed_from: str | None = None
+    loader: LoaderInfo | None = None
     epochs: list[EpochMetrics]
     miou: float | None = Field(default=None, ge=0.0, le=1.0)
     per_class_iou: dict[str, float | None] = Field(default_factory=dict)
@@ -174,6 +209,8 @@ METRIC_FIELDS: dict[str, str] = {
     "train:lr": "lr",
     "validation:miou": "val_miou",
     "train:stall_fraction": "stall_fraction",
+    "train:compute_fraction": "compute_fraction",
+    "train:communication_fraction": "communication_fraction",
     "train:images_per_sec": "images_per_sec",
     "train:epoch_seconds": "epoch_seconds",
     "validation:baseline_miou": "baseline_miou",
