@@ -15,7 +15,10 @@ SageMaker syncs to S3 and restores on restart; hyperparameters as `--name value`
 world size from torchrun's environment. Rank 0 alone logs, prints one `METRIC ...` line per epoch
 for SageMaker's MetricDefinitions, and writes files. Batches come from loader workers laid out per
 host (`loader.py`: decoding never happens in this process on a GPU host); every step is split into
-data wait, compute and exposed all-reduce, per rank (`timing.py`).
+data wait, compute and exposed all-reduce, per rank (`timing.py`). With `--profiling builtin` (the
+default) every step also lands in `profile/steps/rank<r>.jsonl`, one sampler per host writes
+`profile/system/<host>.jsonl`, and at the end rank 0 writes `rules.json` and `report.html` beside
+`metrics.json` (`profiling/`); a rule named in `--stop-on-rule` stops every rank cleanly.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import json
 import logging
 import os
 import random
@@ -73,6 +77,9 @@ from trainer.metrics import (
     write_json_atomically,
 )
 from trainer.model import BiSeNetV2
+from trainer.profiling import monitor as profiling_monitor
+from trainer.profiling.session import MODES as PROFILING_MODES
+from trainer.profiling.session import Profiler
 from trainer.schedule import WarmupPoly, default_warmup
 
 log = logging.getLogger("trainer")
@@ -101,6 +108,48 @@ def _flag(group: argparse._ArgumentGroup, name: str, default: bool, description:
         name, type=str2bool, nargs="?", const=True, default=default, metavar="BOOL",
         help=description,
     )  # fmt: skip
+
+
+def _profiling_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    profiling = parser.add_argument_group("profiling and rules (trainer/profiling/)")
+    profiling.add_argument(
+        "--profiling",
+        choices=PROFILING_MODES,
+        # With SageMaker Debugger profiling the job (RETRAIN_PROFILING=debugger), we stay out.
+        default={"debugger": "off"}.get(env("RETRAIN_PROFILING", ""), env("RETRAIN_PROFILING"))
+        or "builtin",
+        help="builtin: sample the hosts, time every step, evaluate the rules, write report.html "
+        "(default; RETRAIN_PROFILING); off: none of it",
+    )
+    profiling.add_argument(
+        "--profiling-interval-ms",
+        type=int,
+        choices=profiling_monitor.ALLOWED_INTERVALS_MS,
+        default=int(
+            env("RETRAIN_PROFILING_INTERVAL_MS", str(profiling_monitor.DEFAULT_INTERVAL_MS))
+        ),
+        help="system sampling interval in ms, as SageMaker's ProfilerConfig allows "
+        "(RETRAIN_PROFILING_INTERVAL_MS)",
+    )
+    profiling.add_argument(
+        "--rules-every-seconds",
+        type=float,
+        default=0.0,
+        help="rank 0 evaluates the rules this often while training (0: at the end only, unless "
+        "--stop-on-rule asks for 300 s)",
+    )
+    profiling.add_argument(
+        "--stop-on-rule",
+        default="",
+        help="comma-separated rules that stop the run when they find issues "
+        "(e.g. LossNotDecreasing)",
+    )
+    profiling.add_argument(
+        "--rule-parameters",
+        default="",
+        help='per-rule overrides as JSON, e.g. \'{"DataStall": {"threshold": 0.3}}\'',
+    )
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -235,6 +284,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _flag(system, "--deterministic", False, "deterministic kernels (slower on GPUs)")
 
+    _profiling_arguments(parser)
+
     ckpt = parser.add_argument_group("checkpoints and logging")
     ckpt.add_argument(
         "--checkpoint-every-steps",
@@ -306,7 +357,7 @@ def main(args: argparse.Namespace) -> None:
 
 
 # One function on purpose, like torchvision's reference: the run reads top to bottom.
-def train(args: argparse.Namespace, context: distributed.Context) -> None:  # noqa: PLR0915
+def train(args: argparse.Namespace, context: distributed.Context) -> None:  # noqa: PLR0912, PLR0915
     _check_args(args)
     device, cuda = context.device, context.device.type == "cuda"
     # Ranks draw different dropout noise, like independent replicas would; the weights still start
@@ -382,6 +433,7 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
         },
     }
     saver = Checkpointer(args, context, dataset_version)
+    profiler = _profiler(args, context, lineage_info["loader"]).start()
     log.info(
         "dataset %s: %d train, %d val; %d steps/epoch x %d epochs; %d x %s (%s); "
         "BiSeNetV2 width %g, %d parameters",
@@ -422,11 +474,13 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
             scheduler=scheduler, scaler=scaler, device=device, epoch=epoch, args=args,
             first_step=first_step, steps=steps_per_epoch, global_step=global_step,
             progress=progress, amp_dtype=amp_dtype, channels_last=channels_last, on_step=on_step,
-            comm_timer=comm_timer,
+            comm_timer=comm_timer, profiler=profiler,
         )  # fmt: skip
         totals = _reduce_progress(progress, device, context.world_size)
+        # Every rank learnt the same verdict in the same step (a broadcast from rank 0).
+        stopped_by = profiler.stopped_by
 
-        if (epoch + 1) % args.eval_every == 0 or epoch + 1 == args.epochs:
+        if (epoch + 1) % args.eval_every == 0 or epoch + 1 == args.epochs or stopped_by:
             # The bare module: DDP's forward may broadcast buffers, a collective that would hang
             # when the val shards differ in length.
             confusion = evaluate(
@@ -440,6 +494,8 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
             state.history.append(record)
             if context.is_main:
                 print(_epoch_metric_line(record), flush=True)
+                if stopped_by:
+                    lineage_info["stopped_by_rule"] = stopped_by
                 _write_metrics(args, lineage_info, state, complete=False)
         # An epoch-end checkpoint too: a restart never redoes a finished epoch or its evaluation.
         state.epoch, state.step_in_epoch, state.progress = epoch + 1, 0, EpochProgress()
@@ -447,6 +503,11 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
             state, global_step, model=bare_model, optimizer=optimizer, scheduler=scheduler,
             scaler=scaler,
         )  # fmt: skip
+        if stopped_by:
+            log.warning(
+                "rule %s stopped the run after epoch %d (--stop-on-rule)", stopped_by, epoch + 1
+            )
+            break
 
     # --- the model: rank 0 alone writes it; every rank holds the same weights ---
     if context.is_main:
@@ -457,6 +518,13 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
         checkpoint.save_atomically(document, model_path)
         _write_metrics(args, lineage_info, state, complete=True)
         log.info("model saved to %s; final mIoU %.4f", model_path, state.history[-1]["miou"])
+    # Every rank: the other hosts' profiles travel to rank 0, which writes rules and report.
+    report = profiler.finish(
+        job_name=lineage_info["host"].get("training_job"),
+        metrics=_read_metrics(args) if context.is_main else None,
+    )
+    if report is not None:
+        log.info("profiling report: %s", report)
     # Other ranks wait for rank 0's writes: torchrun tears the whole job down once one fails.
     distributed.barrier()
 
@@ -480,13 +548,17 @@ def train_one_epoch(
     channels_last: bool,
     on_step: Callable[[int, int, EpochProgress], None],
     comm_timer: timing.AllReduceTimer | None = None,
+    profiler: Profiler | None = None,
 ) -> int:
-    """Optimizer steps `first_step`..`steps` of one epoch; returns the global step reached."""
+    """Optimizer steps `first_step`..`steps` of one epoch; returns the global step reached.
+
+    Leaves early, on every rank alike, when the profiler's stopping rule has fired.
+    """
     model.train()
     batches = iter(data_loader)
     for step_in_epoch in range(first_step, steps):
-        step_started = time.perf_counter()
-        step_wait = 0.0
+        step_started, step_clock = time.perf_counter(), time.time()
+        step_wait, step_loss = 0.0, 0.0
         optimizer.zero_grad(set_to_none=True)
         for micro in range(args.grad_accum):
             # Stall = time blocked on the loader: what a faster input pipeline could win back.
@@ -502,6 +574,7 @@ def train_one_epoch(
                 scaled = loss / args.grad_accum
                 (scaler.scale(scaled) if scaler is not None else scaled).backward()
             # .item() waits for the device, which also keeps the step time below honest on a GPU.
+            step_loss += float(loss.item()) / args.grad_accum
             progress.loss_sum += float(loss.item())
             progress.micro_batches += 1
             progress.images += images.shape[0]
@@ -515,7 +588,7 @@ def train_one_epoch(
         step_seconds = time.perf_counter() - step_started
         # After loss.item() above: the device has finished this step's all-reduces.
         allreduce, exposed = comm_timer.collect() if comm_timer is not None else (0.0, 0.0)
-        wait, _, communication = timing.split_step(step_seconds, step_wait, exposed)
+        wait, compute, communication = timing.split_step(step_seconds, step_wait, exposed)
         progress.wait_seconds += wait
         progress.comm_seconds += communication
         progress.allreduce_seconds += allreduce
@@ -530,6 +603,14 @@ def train_one_epoch(
                 100 * progress.wait_seconds / max(1e-9, progress.train_seconds),
             )  # fmt: skip
         on_step(step_in_epoch + 1, global_step, progress)
+        if profiler is not None:
+            profiler.step(
+                step=global_step, epoch=epoch, start=step_clock, data_wait=wait, compute=compute,
+                communication=communication, loss=step_loss,
+            )  # fmt: skip
+            # A collective when a rule may stop the run: every rank asks after every step.
+            if profiler.should_stop():
+                break
     return global_step
 
 
@@ -980,6 +1061,25 @@ def _epoch_metric_line(record: dict[str, Any]) -> str:
         epoch_seconds=record["epoch_seconds"],
         lr=record["lr"],
     )
+
+
+def _profiler(
+    args: argparse.Namespace, context: distributed.Context, loader_info: dict[str, Any]
+) -> Profiler:
+    stop_on = [name.strip() for name in args.stop_on_rule.split(",") if name.strip()]
+    every = args.rules_every_seconds or (300.0 if stop_on else 0.0)
+    overrides = json.loads(args.rule_parameters) if args.rule_parameters else None
+    return Profiler(
+        Path(args.output_data_dir), mode=args.profiling, interval_ms=args.profiling_interval_ms,
+        rank=context.rank, local_rank=context.local_rank,
+        world_size=context.world_size, rules_every_seconds=every, stop_on=stop_on,
+        overrides=overrides, loader=loader_info, device=context.device,
+    )  # fmt: skip
+
+
+def _read_metrics(args: argparse.Namespace) -> dict[str, Any] | None:
+    path = Path(args.output_data_dir) / "metrics.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
 def _write_metrics(

@@ -1,0 +1,348 @@
+"""Debugger's rules on synthetic metric streams: each must trigger, and not, at its boundary."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from trainer.profiling.rules import DEFAULTS, ProfileData, RuleResult, evaluate
+
+NODE = "algo-1"
+
+
+def system(
+    dimension: str, name: str, values: list[float], *, every: float = 0.5
+) -> list[dict[str, Any]]:
+    """One Debugger record per value, `every` seconds apart (the monitor's 500 ms)."""
+    return [
+        {"Type": "x", "Name": name, "Dimension": dimension, "Value": value, "NodeId": NODE,
+         "Timestamp": 1000.0 + i * every}
+        for i, value in enumerate(values)
+    ]  # fmt: skip
+
+
+def steps(
+    count: int, *, wait: float, compute: float, rank: int = 0, losses: list[float] | None = None
+) -> list[dict[str, Any]]:
+    return [
+        {"rank": rank, "node": NODE, "phase": "TRAIN", "epoch": 0, "step": i + 1,
+         "start": 1000.0 + i * (wait + compute), "duration": wait + compute, "data_wait": wait,
+         "compute": compute, "communication": 0.0,
+         "loss": None if losses is None else losses[i]}
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def one(name: str, data: ProfileData, **overrides: Any) -> RuleResult:
+    [result] = evaluate(data, {name: overrides} if overrides else None, [name])
+    assert result.status != "Error", f"{name} failed: {result.detail}"
+    return result
+
+
+def issues(result: RuleResult) -> bool:
+    return result.status == "IssuesFound"
+
+
+# --- the starved loader and the healthy one -----------------------------------------------------
+
+
+def starved_run() -> ProfileData:
+    # 46 % of every step waiting for data; the GPU idles accordingly (p95 35 %).
+    gpu = [35.0 if i % 2 else 20.0 for i in range(1200)]
+    return ProfileData(
+        system=system("GPUUtilization", "gpu0", gpu),
+        steps=steps(600, wait=0.46, compute=0.54),
+        loader={"workers": 0, "decoder": "pillow"},
+    )
+
+
+def healthy_run() -> ProfileData:
+    gpu = [92.0 if i % 3 else 88.0 for i in range(1200)]
+    return ProfileData(
+        system=system("GPUUtilization", "gpu0", gpu),
+        steps=steps(600, wait=0.02, compute=0.98),
+        loader={"workers": 4},
+    )
+
+
+def test_a_starved_loader_is_named_by_data_stall_and_low_gpu_utilization() -> None:
+    stall = one("DataStall", starved_run())
+    assert issues(stall), f"46 % stall must trigger DataStall: {stall}"
+    assert "46 %" in stall.recommendation and "workers" in stall.recommendation, (
+        stall.recommendation
+    )
+    assert "0 workers" in stall.recommendation, "the advice names the loader as configured"
+    assert stall.evidence["ranks"][0]["median_stall_fraction"] == pytest.approx(0.46)
+    low = one("LowGPUUtilization", starved_run())
+    assert issues(low), f"a GPU at p95 35 % is underutilized: {low}"
+    assert low.evidence["gpus"][0]["kind"] == "underutilized"
+    assert low.trigger_count >= 1
+
+
+def test_a_healthy_loader_raises_nothing() -> None:
+    results = {r.name: r for r in evaluate(healthy_run())}
+    found = [name for name, r in results.items() if r.status != "NoIssuesFound"]
+    assert not found, f"a healthy run should raise no rule, got {found}: " + "; ".join(
+        f"{results[n].name}: {results[n].recommendation or results[n].detail}" for n in found
+    )
+
+
+# --- DataStall ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("wait", "expected"), [(0.2, False), (0.21, True)])
+def test_data_stall_fires_only_above_a_fifth_of_the_step(wait: float, expected: bool) -> None:
+    result = one("DataStall", ProfileData(steps=steps(300, wait=wait, compute=1 - wait)))
+    assert issues(result) is expected, f"stall {wait}: {result.status}"
+
+
+def test_data_stall_threshold_can_be_raised_per_rule() -> None:
+    result = one("DataStall", starved_run(), threshold=0.5)
+    assert not issues(result)
+    assert result.parameters["threshold"] == "0.5"
+
+
+def test_data_stall_names_the_starved_rank_among_healthy_ones() -> None:
+    data = ProfileData(
+        steps=steps(300, wait=0.02, compute=0.98, rank=0)
+        + steps(300, wait=0.6, compute=0.4, rank=1)
+    )
+    result = one("DataStall", data)
+    assert issues(result)
+    assert "rank 1" in result.recommendation, result.recommendation
+
+
+def test_a_short_run_is_judged_on_a_fifth_of_its_steps_and_says_so() -> None:
+    result = one("DataStall", ProfileData(steps=steps(40, wait=0.5, compute=0.5)))
+    assert issues(result), "40 steps are fewer than patience 100, but still judged"
+    assert result.detail is not None and "short run" in result.detail, result.detail
+    assert "patience 8" in result.detail and "window 8" in result.detail, result.detail
+
+
+# --- LowGPUUtilization --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("level", "expected"), [(70.0, False), (69.0, True)])
+def test_low_gpu_utilization_boundary_is_a_p95_of_70(level: float, expected: bool) -> None:
+    data = ProfileData(system=system("GPUUtilization", "gpu0", [level] * 1100))
+    assert issues(one("LowGPUUtilization", data)) is expected
+
+
+def test_a_fluctuating_gpu_is_reported_as_such() -> None:
+    data = ProfileData(system=system("GPUUtilization", "gpu0", [0.0, 100.0] * 600))
+    result = one("LowGPUUtilization", data)
+    assert issues(result)
+    assert result.evidence["gpus"][0]["kind"] == "fluctuating"
+
+
+def test_rules_needing_gpus_say_so_on_a_cpu_host() -> None:
+    data = ProfileData(system=system("CPUUtilization", "cpu0", [50.0] * 100))
+    for name in ("LowGPUUtilization", "CPUBottleneck", "IOBottleneck", "BatchSize",
+                 "GPUMemoryIncrease", "LoadBalancing"):  # fmt: skip
+        result = one(name, data)
+        assert result.status == "NoIssuesFound" and result.detail and "no GPU" in result.detail, (
+            f"{name}: {result}"
+        )
+
+
+# --- CPUBottleneck and IOBottleneck -------------------------------------------------------------
+
+
+def snapshots(count: int, bottleneck: Any, dimension: str, busy: float) -> list[dict[str, Any]]:
+    records = []
+    for i in range(count):
+        flagged = bottleneck(i)
+        records += system("GPUUtilization", "gpu0", [5.0 if flagged else 80.0])
+        records += system(dimension, "cpu0" if dimension == "CPUUtilization" else "cpu",
+                          [busy if flagged else 20.0])  # fmt: skip
+        for record in records[-2:]:
+            record["Timestamp"] = (
+                1000.0 + i * 0.5 + (0.001 if record["Dimension"] != "GPUUtilization" else 0)
+            )
+    return records
+
+
+@pytest.mark.parametrize(("share", "expected"), [(lambda i: i % 2 == 1, False),
+                                                 (lambda i: i % 100 < 51, True)])  # fmt: skip
+def test_cpu_bottleneck_needs_more_than_half_the_snapshots(share: Any, expected: bool) -> None:
+    data = ProfileData(system=snapshots(1100, share, "CPUUtilization", 95.0))
+    result = one("CPUBottleneck", data)
+    assert issues(result) is expected, result.evidence
+
+
+def test_a_busy_core_is_no_bottleneck_while_the_gpu_is_busy_too() -> None:
+    data = ProfileData(system=snapshots(1100, lambda i: True, "CPUUtilization", 90.0))
+    assert not issues(one("CPUBottleneck", data)), "90 % is not above cpu_threshold 90"
+
+
+def test_io_wait_with_an_idle_gpu_is_an_io_bottleneck() -> None:
+    data = ProfileData(system=snapshots(1100, lambda i: True, "I/OWaitPercentage", 60.0))
+    result = one("IOBottleneck", data)
+    assert issues(result) and "storage" in result.recommendation
+
+
+# --- BatchSize, GPUMemoryIncrease, LoadBalancing ------------------------------------------------
+
+
+@pytest.mark.parametrize(("memory", "expected"), [(40.0, True), (80.0, False)])
+def test_batch_size_fires_when_cpu_gpu_and_memory_are_all_low(
+    memory: float, expected: bool
+) -> None:
+    records = []
+    for i in range(1100):
+        for dimension, name, value in (
+            ("CPUUtilization", "cpu0", 30.0),
+            ("GPUUtilization", "gpu0", 40.0),
+            ("GPUMemoryUtilization", "gpu0", memory),
+        ):
+            records += system(dimension, name, [value])
+            records[-1]["Timestamp"] = 1000.0 + i * 0.5
+    assert issues(one("BatchSize", ProfileData(system=records))) is expected
+
+
+@pytest.mark.parametrize(("jump", "expected"), [(50.0, False), (60.0, True)])
+def test_gpu_memory_increase_fires_when_the_moving_average_rises_more_than_5(
+    jump: float, expected: bool
+) -> None:
+    values = [30.0] * 1050 + [30.0 + jump] * 50
+    result = one(
+        "GPUMemoryIncrease", ProfileData(system=system("GPUMemoryUtilization", "gpu0", values))
+    )
+    assert issues(result) is expected, result.evidence
+
+
+def test_gpu_memory_increase_compares_windows_of_equal_size_not_debuggers_9_values() -> None:
+    # A steady ramp of 4 points per sample moves a 10-sample moving average by 4 per sample: under
+    # the limit of 5. Debugger's 9-value slice would see 6 and fire (the divergence we document).
+    values = [4.0 * i for i in range(25)]
+    data = ProfileData(system=system("GPUMemoryUtilization", "gpu0", values))
+    assert not issues(one("GPUMemoryIncrease", data, patience=12))
+
+
+def test_load_balancing_counts_saturated_gpus_and_flags_uneven_ones() -> None:
+    both_full = system("GPUUtilization", "gpu0", [100.0] * 1100) + system(
+        "GPUUtilization", "gpu1", [100.0] * 1100
+    )
+    result = one("LoadBalancing", ProfileData(system=both_full))
+    assert not issues(result), "two GPUs at 100 % are balanced (Debugger's bins would drop 100)"
+    uneven = system("GPUUtilization", "gpu0", [95.0] * 1100) + system(
+        "GPUUtilization", "gpu1", [20.0] * 1100
+    )
+    result = one("LoadBalancing", ProfileData(system=uneven))
+    assert issues(result), result.evidence
+    assert result.evidence["pairs"][0]["distance"] == pytest.approx(
+        math.sqrt(math.log(2)), abs=1e-6
+    )
+    assert not issues(one("LoadBalancing", ProfileData(system=uneven), threshold=0.9))
+
+
+# --- StepOutlier, MaxInitializationTime, Dataloader, OverallSystemUsage -------------------------
+
+
+@pytest.mark.parametrize(("outliers", "expected"), [(10, False), (11, True)])
+def test_step_outlier_needs_more_than_10_slow_steps(outliers: int, expected: bool) -> None:
+    run = steps(200, wait=0.0, compute=0.1)
+    for step in run[50 : 50 + outliers]:
+        step["duration"] = step["compute"] = 1.0
+    result = one("StepOutlier", ProfileData(steps=run))
+    assert issues(result) is expected, result.evidence
+
+
+@pytest.mark.parametrize(("minutes", "expected"), [(19.0, False), (21.0, True)])
+def test_max_initialization_time_is_20_minutes_to_the_first_step(
+    minutes: float, expected: bool
+) -> None:
+    run = steps(10, wait=0.0, compute=0.1)
+    for step in run:
+        step["start"] = 1000.0 + minutes * 60 + step["step"]
+    data = ProfileData(steps=run, started_at=1000.0)
+    assert issues(one("MaxInitializationTime", data)) is expected
+
+
+def test_max_initialization_time_fires_when_no_step_came_at_all() -> None:
+    data = ProfileData(started_at=0.0, now=25 * 60.0)
+    result = one("MaxInitializationTime", data)
+    assert issues(result) and "no step" in result.recommendation
+
+
+@pytest.mark.parametrize(
+    ("training", "workers", "advice"),
+    [(1.0, 1.0, "raise"), (1.0, 3.0, None), (1.0, 9.0, "lower"), (4.0, 0.0, None)],
+)
+def test_dataloader_wants_between_70_and_200_percent_of_the_cores_loading(
+    training: float, workers: float, advice: str | None
+) -> None:
+    # 4 cores: fewer than 2.8 loading processes is too few, more than 8 too many. As in Debugger,
+    # the training processes iterating the loader count too (4 of them with 0 workers is fine).
+    records = []
+    for core in range(4):
+        records += system("CPUUtilization", f"cpu{core}", [50.0] * 40)
+    records += system("DataLoaderWorkers", "dataloader", [workers] * 40)
+    records += system("TrainingProcesses", "training", [training] * 40)
+    result = one("Dataloader", ProfileData(system=records))
+    if advice is None:
+        assert not issues(result), result.evidence
+    else:
+        assert issues(result) and advice in result.recommendation, result.recommendation
+
+
+def test_overall_system_usage_summarises_and_never_triggers() -> None:
+    data = ProfileData(system=system("CPUUtilization", "cpu0", [100.0] * 50))
+    result = one("OverallSystemUsage", data)
+    assert result.status == "NoIssuesFound" and result.trigger_count == 0
+    assert result.evidence["hosts"][NODE]["CPUUtilization"]["p95"] == 100.0
+
+
+# --- LossNotDecreasing --------------------------------------------------------------------------
+
+
+def test_a_falling_loss_is_fine() -> None:
+    losses = [5.0 * 0.99**i for i in range(200)]
+    assert not issues(
+        one("LossNotDecreasing", ProfileData(steps=steps(200, wait=0, compute=0.1, losses=losses)))
+    )
+
+
+@pytest.mark.parametrize(("rise", "expected"), [(1.03, False), (1.10, True)])
+def test_loss_rising_more_than_5_percent_above_its_lowest_fires(
+    rise: float, expected: bool
+) -> None:
+    losses = [2.0] * 100 + [2.0 * rise] * 100
+    result = one(
+        "LossNotDecreasing", ProfileData(steps=steps(200, wait=0, compute=0.1, losses=losses))
+    )
+    assert issues(result) is expected, result.evidence
+
+
+def test_diff_percent_asks_the_loss_to_fall_by_that_much() -> None:
+    losses = [2.0] * 200  # flat: never rises, never falls
+    data = ProfileData(steps=steps(200, wait=0, compute=0.1, losses=losses))
+    assert not issues(one("LossNotDecreasing", data))
+    assert issues(one("LossNotDecreasing", data, diff_percent=1.0))
+
+
+# --- parameters and failures --------------------------------------------------------------------
+
+
+def test_an_unknown_parameter_or_rule_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="threshhold"):
+        evaluate(ProfileData(), {"DataStall": {"threshhold": 0.3}})
+    with pytest.raises(ValueError, match="NoSuchRule"):
+        evaluate(ProfileData(), names=["NoSuchRule"])
+
+
+def test_a_rule_that_breaks_reports_an_error_and_the_others_still_run() -> None:
+    broken = [{"rank": 0, "phase": "TRAIN", "start": 1.0}] * 10  # no durations
+    results = {r.name: r for r in evaluate(ProfileData(steps=broken))}
+    assert results["DataStall"].status == "Error" and "KeyError" in (
+        results["DataStall"].detail or ""
+    )
+    assert results["OverallSystemUsage"].status == "NoIssuesFound"
+    assert set(results) == set(DEFAULTS)
+
+
+def test_every_result_carries_the_parameters_it_ran_with() -> None:
+    for result in evaluate(healthy_run()):
+        assert set(result.parameters) == set(DEFAULTS[result.name]), result.name

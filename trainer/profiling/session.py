@@ -1,0 +1,230 @@
+"""The profiler as the training loop sees it: start, record steps, maybe stop, finish.
+
+- local rank 0 of every host starts the host's `SystemMonitor`; every rank keeps its step file;
+- rank 0 evaluates the rules every `rules_every_seconds` on what its host has written; when a rule
+  named in `stop_on` finds issues, every rank learns it at the next step (one broadcast of a flag
+  per step, only when some rule may stop the run) and leaves the epoch loop together;
+- at the end, what lives on other hosts' disks (their system samples, their ranks' steps) travels
+  to rank 0 over the process group (`gather_object`): only rank 0's output folder holds the
+  report. Rank 0 writes those files under `profile/`, evaluates every rule, and writes
+  `rules.json` and `report.html` beside `profile/`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer.profiling import monitor, report, rules, steps
+
+log = logging.getLogger("trainer.profiling")
+
+MODES = ("builtin", "off")
+
+
+class Profiler:
+    """One per rank. With mode "off" every method is a cheap no-op."""
+
+    def __init__(
+        self,
+        output_dir: Path,
+        *,
+        mode: str = "builtin",
+        interval_ms: int = monitor.DEFAULT_INTERVAL_MS,
+        rank: int = 0,
+        local_rank: int = 0,
+        world_size: int = 1,
+        rules_every_seconds: float = 0.0,
+        stop_on: Sequence[str] = (),
+        overrides: Mapping[str, Mapping[str, Any]] | None = None,
+        loader: Mapping[str, Any] | None = None,
+        device: torch.device | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"profiling {mode!r} is not one of {', '.join(MODES)}")
+        unknown = sorted(set(stop_on) - set(rules.RULES))
+        if unknown:
+            raise ValueError(f"--stop-on-rule {unknown}: known rules are {', '.join(rules.RULES)}")
+        monitor.check_interval(interval_ms)
+        self.enabled = mode == "builtin"
+        self.output_dir = output_dir
+        self.profile_dir = output_dir / "profile"
+        self.rank, self.local_rank, self.world_size = rank, local_rank, world_size
+        self.node = monitor.node_id()
+        self.interval_ms = interval_ms
+        self.rules_every_seconds = rules_every_seconds
+        self.stop_on = tuple(stop_on)
+        self.overrides = {k: dict(v) for k, v in (overrides or {}).items()}
+        # Refuse a misspelt override now, not after hours of training.
+        for name in self.overrides:
+            rules.parameters_for(name, self.overrides)
+        self.loader = dict(loader or {})
+        self.device = device or torch.device("cpu")
+        # MaxInitializationTime counts from the process's start, not from ours.
+        self.started_at = _process_started()
+        self.stopped_by: str | None = None
+        self.last_results: list[rules.RuleResult] = []
+        self._monitor: monitor.SystemMonitor | None = None
+        self._timeline: steps.StepTimeline | None = None
+        self._last_rules = time.monotonic()
+
+    def start(self) -> Profiler:
+        if not self.enabled:
+            return self
+        if self.local_rank == 0:
+            self._monitor = monitor.SystemMonitor(
+                self.profile_dir, node=self.node, interval_ms=self.interval_ms
+            ).start()
+        self._timeline = steps.StepTimeline(self.profile_dir, self.rank, self.node)
+        return self
+
+    def step(
+        self,
+        *,
+        step: int,
+        epoch: int,
+        start: float,
+        data_wait: float,
+        compute: float,
+        communication: float,
+        loss: float | None = None,
+        phase: str = "TRAIN",
+    ) -> None:
+        """One step's line. `start` is a `time.time()` reading."""
+        if self._timeline is not None:
+            self._timeline.record(
+                step=step, epoch=epoch, start=start, data_wait=data_wait, compute=compute,
+                communication=communication, loss=loss, phase=phase,
+            )  # fmt: skip
+
+    def should_stop(self) -> str | None:
+        """After a step, on every rank: the rule that stops the run, once one has (else None).
+
+        A collective when some rule may stop the run: every rank must call it at every step.
+        """
+        if not self.enabled:
+            return None
+        if self.stopped_by is not None:
+            return self.stopped_by
+        due = (
+            self.rank == 0
+            and self.rules_every_seconds > 0
+            and time.monotonic() - self._last_rules >= self.rules_every_seconds
+        )
+        reason = self.evaluate_now() if due else None
+        if not self.stop_on:
+            return None
+        if _distributed():
+            flag = torch.tensor([1 if reason else 0], device=self.device)
+            dist.broadcast(flag, src=0)
+            if int(flag.item()):
+                holder = [reason]
+                dist.broadcast_object_list(holder, src=0)
+                reason = holder[0]
+        self.stopped_by = reason
+        return reason
+
+    def evaluate_now(self) -> str | None:
+        """Rank 0: the rules on this host's files so far; the first stopping rule that fired.
+
+        `rules.json` and `report.html` are rewritten too, so a running job's are current.
+        """
+        self._last_rules = time.monotonic()
+        data = self._profile()
+        self.last_results = rules.evaluate(data, self.overrides)
+        report.write_outputs(self.output_dir, data, self.last_results, metrics=self._metrics())
+        for result in self.last_results:
+            if result.status == "IssuesFound":
+                log.warning("rule %s: %s", result.name, result.recommendation)
+        for result in self.last_results:
+            if result.name in self.stop_on and result.status == "IssuesFound":
+                log.warning("stopping the run: rule %s found issues (--stop-on-rule)", result.name)
+                return result.name
+        return None
+
+    def _metrics(self) -> dict[str, Any] | None:
+        path = self.output_dir / "metrics.json"
+        try:
+            document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return document
+
+    def _profile(self) -> rules.ProfileData:
+        data = report.load_profile(self.profile_dir, loader=self.loader)
+        data.started_at, data.now = self.started_at, time.time()
+        return data
+
+    def finish(
+        self, *, job_name: str | None = None, metrics: Mapping[str, Any] | None = None
+    ) -> Path | None:
+        """Every rank: stop sampling, send rank 0 what it lacks; rank 0 writes the results."""
+        if not self.enabled:
+            return None
+        if self._monitor is not None:
+            self._monitor.stop()
+        if self._timeline is not None:
+            self._timeline.close()
+        self._gather()
+        if self.rank != 0:
+            return None
+        data = self._profile()
+        results = rules.evaluate(data, self.overrides)
+        if self.stopped_by is not None:
+            for result in results:
+                if result.name == self.stopped_by:
+                    result.evidence["stopped_training"] = True
+                    note = "this rule stopped the training (--stop-on-rule)"
+                    result.detail = f"{result.detail}; {note}" if result.detail else note
+        self.last_results = results
+        _, page = report.write_outputs(
+            self.output_dir, data, results, job_name=job_name, metrics=metrics
+        )
+        return page
+
+    def _gather(self) -> None:
+        """Files on other hosts reach rank 0; files on rank 0's host are already there."""
+        if not _distributed():
+            return
+        home = [self.node]
+        dist.broadcast_object_list(home, src=0)
+        payload: dict[str, Any] = {}
+        if self.node != home[0]:
+            step_file = steps.steps_file(self.profile_dir, self.rank)
+            payload["steps"] = (step_file.name, _read(step_file))
+            if self.local_rank == 0:
+                system_file = monitor.system_file(self.profile_dir, self.node)
+                payload["system"] = (system_file.name, _read(system_file))
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(payload, gathered, dst=0)
+        if gathered is None:
+            return
+        for item in gathered:
+            for kind, (name, text) in (item or {}).items():
+                target = self.profile_dir / kind / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(text, encoding="utf-8")
+
+
+def _process_started() -> float:
+    if monitor.psutil is not None:
+        try:
+            return float(monitor.psutil.Process().create_time())
+        except monitor.psutil.Error:
+            pass
+    return time.time()
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
