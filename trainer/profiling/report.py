@@ -260,7 +260,7 @@ def _timelines(steps: Sequence[Mapping[str, Any]]) -> str:
         f"<p class='legend'><span style='background:{WAIT}'></span> data wait "
         f"<span style='background:{COMPUTE}'></span> compute "
         f"<span style='background:{COMMUNICATION}'></span> communication "
-        "<span class='muted'>(each bar: the mean step of a run of consecutive steps)</span></p>"
+        "<small class='muted'>(each bar: the mean step of a run of consecutive steps)</small></p>"
     )
     charts = []
     for rank, unordered in sorted(per_rank.items()):
@@ -334,14 +334,14 @@ def _heatmaps(system: Sequence[Mapping[str, Any]], dimension: str, what: str) ->
                 for i, (s, c) in enumerate(zip(sums, counts, strict=True))
             )
             rows.append(f"<tr><th>{_e(name)}</th>{cells}</tr>")
+        # Below the table, not in it: a cell spanning few 7 px columns would wrap every word.
         axis = (
-            f"<tr><th></th><td colspan='{columns}' class='muted' style='font-size:11px'>"
-            f"{_clock(start)} to {_clock(end)} UTC ({end - start:.0f} s; a column is "
-            f"{span:.1f} s)</td></tr>"
+            f"<p class='muted' style='font-size:11px;margin-top:2px'>{_clock(start)} to "
+            f"{_clock(end)} UTC ({end - start:.0f} s; a column is {span:.1f} s)</p>"
         )
         out.append(
             f"<h3>{_e(node)}: {_e(what)} ({_e(dimension)})</h3><table class='heat'>"
-            f"{''.join(rows)}{axis}</table>"
+            f"{''.join(rows)}</table>{axis}"
         )
     legend = "".join(f"<span style='background:{_color(v)}'></span>" for v in range(0, 101, 10))
     return "".join(out) + f"<p class='legend muted'>0 % {legend} 100 %</p>"
