@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import io
-import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -23,9 +22,11 @@ import boto3
 from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ParamValidationError
 from botocore.hooks import BaseEventHooks
-from botocore.model import ListShape, MapShape, OperationModel, Shape, StringShape, StructureShape
+from botocore.model import OperationModel
 from botocore.response import StreamingBody
 from botocore.validate import ParamValidator
+
+from functions.common.service_model import service_side_problems
 
 Emulator = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -130,49 +131,6 @@ class EmulatorRegistry:
                     f"{report.generate_report()}"
                 )
         return _response(200, _stream_payload(model, parsed))
-
-
-def service_side_problems(value: Any, shape: Shape, path: str = "") -> list[str]:
-    """Constraint violations that botocore's client-side validator leaves to the service."""
-    if isinstance(shape, StructureShape) and isinstance(value, dict):
-        return [
-            problem
-            for name, member in shape.members.items()
-            if name in value
-            for problem in service_side_problems(value[name], member, f"{path}.{name}")
-        ]
-    if isinstance(shape, ListShape) and isinstance(value, list):
-        return [
-            problem
-            for index, item in enumerate(value)
-            for problem in service_side_problems(item, shape.member, f"{path}[{index}]")
-        ]
-    if isinstance(shape, MapShape) and isinstance(value, dict):
-        return [
-            problem
-            for key, item in value.items()
-            for problem in service_side_problems(item, shape.value, f"{path}.{key}")
-        ]
-    if not isinstance(shape, StringShape) or not isinstance(value, str):
-        return []
-    where = path.lstrip(".") or "input"
-    problems: list[str] = []
-    if shape.enum and value not in shape.enum:
-        problems.append(f"{where}: {value!r} is not one of {', '.join(shape.enum)}")
-    maximum = shape.metadata.get("max")
-    if maximum is not None and len(value) > maximum:
-        problems.append(f"{where}: {len(value)} characters, at most {maximum} allowed")
-    pattern = shape.metadata.get("pattern")
-    if pattern and not _matches(pattern, value):
-        problems.append(f"{where}: {value!r} does not match {pattern}")
-    return problems
-
-
-def _matches(pattern: str, value: str) -> bool:
-    try:
-        return re.fullmatch(pattern, value) is not None
-    except re.error:
-        return True  # a Java-only construct: leave this one to the service, as botocore does
 
 
 def _stream_payload(model: OperationModel, parsed: dict[str, Any]) -> dict[str, Any]:
