@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from trainer.profiling.jsonl import read_jsonl
+
 log = logging.getLogger("trainer.profiling")
 
 ALLOWED_INTERVALS_MS = (100, 200, 500, 1000, 5000, 60000)
@@ -393,16 +395,5 @@ def read_system(profile_dir: Path) -> list[Record]:
     """Every host's records (a line cut short by a running writer is skipped)."""
     records: list[Record] = []
     for path in sorted((profile_dir / "system").glob("*.jsonl")):
-        records.extend(_read_lines(path))
-    return records
-
-
-def _read_lines(path: Path) -> list[Record]:
-    records = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+        records.extend(read_jsonl(path))
     return records

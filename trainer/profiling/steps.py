@@ -17,6 +17,8 @@ import math
 from pathlib import Path
 from typing import Any, TextIO
 
+from trainer.profiling.jsonl import read_jsonl
+
 StepRecord = dict[str, Any]
 PHASES = ("TRAIN", "EVAL")
 
@@ -78,10 +80,5 @@ def read_steps(profile_dir: Path) -> list[StepRecord]:
     """Every rank's steps found under `profile_dir` (a half-written last line is skipped)."""
     records: list[StepRecord] = []
     for path in sorted((profile_dir / "steps").glob("rank*.jsonl")):
-        with path.open(encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
+        records.extend(read_jsonl(path))
     return records
