@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, Literal, Self
 from urllib.parse import unquote_plus
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from functions.common import prefixes
+from functions.common.errors import InvalidEventError
 
 # StartExecution names: 1-80 characters, none of whitespace or <>{}[]?*"#%\^|~`$&,;:/ (the
 # dataset version is the execution name, so it must be a valid one).
@@ -54,3 +62,35 @@ class RunContext(BaseModel):
     manifest_uri: str
     manifest_version_id: str | None
     pair_count: int = Field(ge=0)
+
+
+class TriggerInput(BaseModel):
+    """What the trigger is invoked with, from any of its three callers.
+
+    - its schedule (EventBridge: `{"source": "aws.events", "detail-type": ...}`) and a kick after
+      batches close (`{"source": "batch closed", "time": ...}`): look for data ready to train on;
+    - the state machine's last state (`{"action": "release", "holder": <execution name>}`):
+      release that run's lock first, then look (data that came during the run starts the next).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    action: Literal["look", "release"] = "look"
+    holder: DatasetVersion | None = None
+    source: str = "unknown"
+
+    @model_validator(mode="after")
+    def _release_names_its_holder(self) -> Self:
+        if self.action == "release" and self.holder is None:
+            raise ValueError("a release must name the holder (the execution) whose lock it frees")
+        return self
+
+    @classmethod
+    def parse(cls, event: Any) -> TriggerInput:
+        try:
+            return cls.model_validate(event)
+        except ValidationError as exc:
+            raise InvalidEventError(
+                f"the trigger's input is not a schedule, kick or release: "
+                f"{exc.errors(include_url=False, include_context=False)}"
+            ) from exc

@@ -1,4 +1,15 @@
-"""The one place that knows the data bucket's layout (DESIGN.md section 3)."""
+"""The one place that knows the data bucket's layout (DESIGN.md section 3).
+
+```
+incoming/<batch>/images|labels/<file>        what annotators upload (the notification prefix)
+incoming/<batch>/_COMPLETE                   optional: closes the batch at once
+dataset/images|labels/<batch>/<file>         curated pairs (what FSx for Lustre links to)
+dataset/manifests/<version>.jsonl            frozen dataset versions (+ .purged.json after erasure)
+quarantine/<batch>/<file> + .reason.json     rejected files and why
+reports/<batch>/report.json|md               batch reports
+```
+Files uploaded straight under `incoming/` (no batch folder) belong to the batch `_unbatched`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +18,16 @@ DATASET = "dataset/"
 MANIFESTS = "dataset/manifests/"
 QUARANTINE = "quarantine/"
 REPORTS = "reports/"
+
+IMAGES_DIR = "images"
+LABELS_DIR = "labels"
+PAIR_FOLDERS = (IMAGES_DIR, LABELS_DIR)
+COMPLETE_MARKER = "_COMPLETE"
+UNBATCHED = "_unbatched"
+
+MANIFEST_SUFFIX = ".jsonl"
+PURGED_SUFFIX = ".purged.json"
+REASON_SUFFIX = ".reason.json"
 
 
 def batch_of(key: str) -> str | None:
@@ -17,8 +38,26 @@ def batch_of(key: str) -> str | None:
     return batch if batch and sep and rest else None
 
 
+def landing_key(batch: str, relative: str) -> str:
+    """`images/x.jpg` of batch `b` -> `incoming/b/images/x.jpg` (unbatched: `incoming/...`)."""
+    return f"{INCOMING}{relative if batch == UNBATCHED else f'{batch}/{relative}'}"
+
+
 def manifest_key(dataset_version: str) -> str:
-    return f"{MANIFESTS}{dataset_version}.jsonl"
+    return f"{MANIFESTS}{dataset_version}{MANIFEST_SUFFIX}"
+
+
+def manifest_version(key: str) -> str | None:
+    """`dataset/manifests/<version>.jsonl` -> `<version>`; None for any other key."""
+    name = key.removeprefix(MANIFESTS)
+    if name == key or "/" in name or not name.endswith(MANIFEST_SUFFIX):
+        return None
+    return name.removesuffix(MANIFEST_SUFFIX)
+
+
+def purged_record_key(manifest: str) -> str:
+    """Where an erasure records what it took out of a manifest."""
+    return manifest.removesuffix(MANIFEST_SUFFIX) + PURGED_SUFFIX
 
 
 def curated_key(batch: str, relative: str) -> str:
@@ -32,7 +71,7 @@ def quarantine_key(batch: str, relative: str) -> str:
 
 
 def reason_key(quarantined: str) -> str:
-    return f"{quarantined}.reason.json"
+    return f"{quarantined}{REASON_SUFFIX}"
 
 
 def report_key(batch: str, name: str) -> str:
@@ -43,3 +82,16 @@ def relative_to_batch(key: str) -> str:
     """`incoming/<batch>/images/x.jpg` -> `images/x.jpg`."""
     batch = batch_of(key)
     return key[len(INCOMING) + len(batch) + 1 :] if batch else key.removeprefix(INCOMING)
+
+
+def pair_folders(batch: str) -> list[str]:
+    """Every folder a pair's files can be in: landing, curated and quarantine zones."""
+    return [
+        zone
+        for folder in PAIR_FOLDERS
+        for zone in (
+            f"{INCOMING}{batch}/{folder}/",
+            f"{DATASET}{folder}/{batch}/",
+            f"{QUARANTINE}{batch}/{folder}/",
+        )
+    ]

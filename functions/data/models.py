@@ -102,3 +102,12 @@ class LockRecord(BaseModel):
     holder: str
     acquired_at: datetime
     expires_at: datetime
+
+
+class ObjectVersion(BaseModel):
+    """One version (or delete marker) of an object in the versioned data bucket."""
+
+    key: str
+    version_id: str
+    delete_marker: bool = False
+    latest: bool = False

@@ -8,13 +8,22 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from functions.common.errors import RetrainError
+from functions.data.models import ObjectVersion
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
     from mypy_boto3_s3 import S3Client
+
+DELETE_CHUNK = 1000  # DeleteObjects takes at most 1,000 keys
 
 
 class ObjectGoneError(RetrainError):
     """The object version an event named is no longer there (deleted or purged)."""
+
+
+class DeleteRefusedError(RetrainError):
+    """S3 refused to delete some object versions (a DeleteObjects answer with Errors)."""
 
 
 class DataBucket:
@@ -65,5 +74,61 @@ class DataBucket:
             Bucket=self.name, Key=key, Body=body.encode(), ContentType="application/json"
         )
 
-    def put_text(self, key: str, text: str, content_type: str) -> None:
-        self._s3.put_object(Bucket=self.name, Key=key, Body=text.encode(), ContentType=content_type)
+    def put_text(self, key: str, text: str, content_type: str) -> str | None:
+        """Write `text`; the VersionId written."""
+        response = self._s3.put_object(
+            Bucket=self.name, Key=key, Body=text.encode(), ContentType=content_type
+        )
+        return response.get("VersionId")
+
+    def get_json(self, key: str) -> Any:
+        """The JSON document at `key`; None when there is none."""
+        try:
+            body = self._s3.get_object(Bucket=self.name, Key=key)["Body"].read()
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                return None
+            raise
+        return json.loads(body)
+
+    def lines(self, key: str, version: str) -> Iterator[str]:
+        """The text lines of one version of `key`."""
+        body = self._s3.get_object(Bucket=self.name, Key=key, VersionId=version)["Body"]
+        for raw in body.iter_lines():
+            yield raw.decode("utf-8")
+
+    def versions(self, prefix: str) -> list[ObjectVersion]:
+        """Every version and delete marker under `prefix`."""
+        found: list[ObjectVersion] = []
+        pages = self._s3.get_paginator("list_object_versions").paginate(
+            Bucket=self.name, Prefix=prefix
+        )
+        for page in pages:
+            for kind, marker in (("Versions", False), ("DeleteMarkers", True)):
+                found += [
+                    ObjectVersion(
+                        key=item["Key"],
+                        version_id=item.get("VersionId") or "null",
+                        delete_marker=marker,
+                        latest=bool(item.get("IsLatest")),
+                    )
+                    for item in page.get(kind, [])  # type: ignore[attr-defined]
+                ]
+        return found
+
+    def delete_versions(self, versions: Iterable[ObjectVersion]) -> None:
+        """Delete these versions for good (DeleteObjects, 1,000 at a time)."""
+        pending = [{"Key": v.key, "VersionId": v.version_id} for v in versions]
+        for start in range(0, len(pending), DELETE_CHUNK):
+            response = self._s3.delete_objects(
+                Bucket=self.name,
+                Delete={"Objects": pending[start : start + DELETE_CHUNK], "Quiet": True},  # type: ignore[typeddict-item]
+            )
+            errors = response.get("Errors", [])
+            if errors:
+                first = errors[0]
+                raise DeleteRefusedError(
+                    f"S3 refused to delete {len(errors)} object versions, such as "
+                    f"{first.get('Key')} ({first.get('VersionId')}): {first.get('Code')} "
+                    f"{first.get('Message')}"
+                )

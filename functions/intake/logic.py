@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes import S3Event
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from functions.common import prefixes
 from functions.common.errors import InvalidEventError
@@ -30,6 +30,7 @@ from functions.data.models import (
     PairStatus,
     Side,
 )
+from functions.data.reports import write_report
 from functions.data.storage import DataBucket
 from functions.validation import (
     FileCheck,
@@ -48,7 +49,12 @@ from functions.validation import (
 )
 
 TEST_EVENT = "s3:TestEvent"
-UNBATCHED = "_unbatched"
+# What makes an object event "the same": its object version, never when or how it was delivered
+# (S3 and SQS both redeliver, with other event times). Powertools Idempotency hashes only these.
+OBJECT_VERSION_KEY = "[bucket, key, version_id, etag]"
+# Fixed, so that moving the code never makes every object version look new (Powertools' default
+# prefix is the function's module and name).
+IDEMPOTENCY_KEY_PREFIX = "intake.object-version"
 
 
 def parse_notification(body: str) -> list[S3ObjectEvent]:
@@ -86,6 +92,14 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+class SweepResult(BaseModel):
+    """What one sweep did."""
+
+    closed: list[str]  # batches closed after their quiet period
+    incomplete: int  # pairs given up on: the lone file quarantined as missing its partner
+    reported: list[str]  # closed batches whose report was (re)written
+
+
 @dataclass
 class Intake:
     ledger: Ledger
@@ -95,8 +109,21 @@ class Intake:
     touched: set[str] = field(default_factory=set)  # batches this invocation worked on
     newly_closed: set[str] = field(default_factory=set)
 
+    def objects_in(self, message_body: str) -> list[S3ObjectEvent]:
+        """The object versions one SQS message of S3 notifications names.
+
+        moto's events carry no versionId, AWS's do: look it up before anything keys on it, so
+        idempotency is per object version either way.
+        """
+        return [
+            event
+            if event.version_id is not None
+            else event.model_copy(update={"version_id": self.bucket.current_version(event.key)})
+            for event in parse_notification(message_body)
+        ]
+
     def process(self, obj: S3ObjectEvent) -> FileStatus:
-        batch = obj.batch or UNBATCHED
+        batch = obj.batch or prefixes.UNBATCHED
         relative = prefixes.relative_to_batch(obj.key)
         self._touch(batch)
         # Every fate is recorded against the object version (an unversioned bucket: the ETag).
@@ -125,9 +152,28 @@ class Intake:
         self.ledger.touch_batch(batch, self.clock())
         self.touched.add(batch)
 
-    def close(self, batch: str, reason: str) -> None:
-        """Close a batch (the sweeper's quiet period ends here too)."""
-        self._close(batch, reason)
+    def sweep(
+        self, now: datetime, *, quiet_for: timedelta, incomplete_after: timedelta
+    ) -> SweepResult:
+        """Close batches quiet for `quiet_for`; give up on files alone for `incomplete_after`."""
+        for batch in self.ledger.open_batches_quiet_since(now - quiet_for):
+            self._close(batch.batch, "quiet period")
+        stale = self.ledger.pending_pairs_seen_before(now - incomplete_after)
+        for pair in stale:
+            self.expire(pair)
+        return SweepResult(
+            closed=sorted(self.newly_closed), incomplete=len(stale), reported=self.report_closed()
+        )
+
+    def report_closed(self) -> list[str]:
+        """Rewrite the report of every closed batch this invocation touched; those batches."""
+        reported = []
+        for batch in sorted(self.touched | self.newly_closed):
+            found = self.ledger.batch(batch)
+            if found is not None and found[0].status is BatchStatus.CLOSED:
+                write_report(batch, self.ledger, self.bucket)
+                reported.append(batch)
+        return reported
 
     def expire(self, pair: PairRecord) -> None:
         """Quarantine the lone file of a pair whose partner never came (`incomplete`)."""

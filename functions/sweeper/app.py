@@ -7,11 +7,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from functions import wiring
 from functions.common import observability
 from functions.common.settings import SweeperSettings, load_settings
-from functions.data.wiring import kick_trigger, ledger_and_bucket, report_closed
-from functions.intake.logic import Intake
-from functions.validation import DEFAULT_CONFIG
 
 logger, tracer, metrics = observability.for_function()
 
@@ -21,26 +19,14 @@ logger, tracer, metrics = observability.for_function()
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = load_settings(SweeperSettings)
-    ledger, bucket = ledger_and_bucket(settings)
-    intake = Intake(ledger=ledger, bucket=bucket, config=DEFAULT_CONFIG)
-    now = datetime.now(UTC)
-    quiet = ledger.open_batches_quiet_since(now - timedelta(seconds=settings.quiet_period_seconds))
-    for batch in quiet:
-        intake.close(batch.batch, "quiet period")
-    stale = ledger.pending_pairs_seen_before(
-        now - timedelta(seconds=settings.incomplete_after_seconds)
+    result = wiring.intake(settings).sweep(
+        datetime.now(UTC),
+        quiet_for=timedelta(seconds=settings.quiet_period_seconds),
+        incomplete_after=timedelta(seconds=settings.incomplete_after_seconds),
     )
-    for pair in stale:
-        intake.expire(pair)
-    reported = report_closed(intake.touched | intake.newly_closed, ledger, bucket)
-    metrics.add_metric(name="BatchesClosedQuiet", unit="Count", value=len(quiet))
-    metrics.add_metric(name="PairsIncomplete", unit="Count", value=len(stale))
-    if intake.newly_closed:
-        kick_trigger(settings.trigger_function, "quiet batches closed")
-    summary = {
-        "closed": sorted(intake.newly_closed),
-        "incomplete": len(stale),
-        "reported": reported,
-    }
-    logger.info("swept", extra=summary)
-    return summary
+    metrics.add_metric(name="BatchesClosedQuiet", unit="Count", value=len(result.closed))
+    metrics.add_metric(name="PairsIncomplete", unit="Count", value=result.incomplete)
+    if result.closed:
+        wiring.kick_trigger(settings.trigger_function, "quiet batches closed")
+    logger.info("swept", extra=result.model_dump())
+    return result.model_dump()

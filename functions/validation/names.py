@@ -11,12 +11,10 @@ import unicodedata
 from enum import StrEnum
 from typing import NamedTuple
 
+from functions.common.prefixes import COMPLETE_MARKER, IMAGES_DIR, LABELS_DIR
 from functions.validation.config import ValidationConfig
 from functions.validation.reasons import ReasonCode, RejectedError
 
-IMAGES_DIR = "images"
-LABELS_DIR = "labels"
-COMPLETE_MARKER = "_COMPLETE"
 MAX_SEGMENT_BYTES = 255  # a file name on every common file system
 _SHOWN_KEY_CHARS = 120
 

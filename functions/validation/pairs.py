@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
+from functions.common.prefixes import IMAGES_DIR, LABELS_DIR
 from functions.common.taxonomy import Taxonomy
 from functions.validation.config import DEFAULT_CONFIG, ValidationConfig
 from functions.validation.decoding import Source
 from functions.validation.duplicates import ContentIndex
 from functions.validation.images import check_image
 from functions.validation.masks import check_label, class_pixels
-from functions.validation.names import IMAGES_DIR, LABELS_DIR, KeyKind, classify_key, split_name
+from functions.validation.names import KeyKind, classify_key, split_name
 from functions.validation.reasons import ReasonCode, RejectedError
 from functions.validation.results import FileCheck, PairResult, Reason, Role, Status
 from functions.validation.sources import BatchReader, ObjectMissingError

@@ -2,7 +2,7 @@
 
 Both talk to the deployed system or to the offline stack (`--endpoint-url` as `retrain local up`
 prints it); the bucket and the ledger table come from `--bucket` / `--ledger-table` or from
-`DATA_BUCKET` / `LEDGER_TABLE`. The work itself is in `functions/data/operations.py`.
+`DATA_BUCKET` / `LEDGER_TABLE`. The work itself is in `functions/data/` (`status.py`, `purge.py`).
 
 Exit codes: 0 done; 1 a KEY matched nothing (the others were still erased); 2 usage error
 (a missing option, a KEY that names no image, label or pair, a bucket or table that is not
@@ -23,15 +23,10 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from rich.console import Console
 from rich.table import Table
 
+from functions.data.erasure import PurgeReport, PurgeUsageError
 from functions.data.ledger import Ledger
-from functions.data.operations import (
-    DataStatus,
-    PurgeError,
-    PurgeReport,
-    PurgeUsageError,
-    data_status,
-    purge,
-)
+from functions.data.purge import PurgeError, purge
+from functions.data.status import DataStatus, data_status
 from retrain.local.stack import FAKE_CREDENTIALS, StackOptions
 
 if TYPE_CHECKING:

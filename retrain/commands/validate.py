@@ -30,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from functions.common.prefixes import IMAGES_DIR, LABELS_DIR
 from functions.validation import (
     InMemoryContentIndex,
     LocalBatchReader,
@@ -41,7 +42,6 @@ from functions.validation import (
     validate_manifest,
     validate_planned,
 )
-from functions.validation.names import IMAGES_DIR, LABELS_DIR
 
 PROGRESS_MIN_ITEMS = 50  # below this a bar only flickers
 MANIFEST_SUFFIX = ".manifest"

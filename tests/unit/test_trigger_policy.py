@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from functions.data.models import BatchRecord, BatchStatus, PairRecord
-from functions.data.trigger import TriggerPolicy, decide
+from functions.trigger.logic import TriggerPolicy, decide
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 POLICY = TriggerPolicy(min_new_pairs=3, max_delay_seconds=3600)

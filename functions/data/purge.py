@@ -1,11 +1,9 @@
-"""Operating the data: what the ledger and the bucket hold, and erasure on request.
+"""Erasure on request: images and their labels erased everywhere they are.
 
-`data_status` is the overview an engineer asks for (batches and their outcomes, pairs waiting
-for a partner, the retraining lock, the newest dataset versions). `purge` erases images and
-their labels everywhere they are, for erasure requests (the images show faces and number
-plates): every S3 version and delete marker of the landing, curated and quarantine copies, the
-ledger's items, and their lines in every dataset manifest. Both take their clients as arguments
-and know nothing of a command line, so the CLI and a future Lambda share them.
+For erasure requests (the images show faces and number plates): every S3 version and delete
+marker of the landing, curated and quarantine copies, the ledger's items, and their lines in every
+dataset manifest. It takes its clients as arguments and knows nothing of a command line, so the
+CLI and a future Lambda share it.
 
 Order of a purge, chosen so that an interrupted one is finished by running it again: the ledger
 first (the trigger stops putting the pair into new dataset versions), then the objects, then the
@@ -15,276 +13,38 @@ the batch reports.
 
 from __future__ import annotations
 
-import json
-import unicodedata
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import TYPE_CHECKING
 
-from botocore.exceptions import ClientError
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from functions.common import prefixes
 from functions.common.contracts import ManifestEntry
 from functions.common.errors import RetrainError
+from functions.data.erasure import (
+    ErasedPair,
+    ManifestChange,
+    PurgeReport,
+    PurgeUsageError,
+    Target,
+    parse_target,
+    stem_of,
+)
 from functions.data.ledger import Ledger
-from functions.data.models import BatchStatus, FileRecord, PairRecord
+from functions.data.models import BatchStatus, FileRecord, ObjectVersion, PairRecord
 from functions.data.reports import write_report
-from functions.data.storage import DataBucket
-from functions.intake.logic import UNBATCHED
+from functions.data.status import utc_now
+from functions.data.storage import DataBucket, DeleteRefusedError
 from functions.validation import Role
-from functions.validation.names import IMAGES_DIR, LABELS_DIR, split_name
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-MANIFEST_SUFFIX = ".jsonl"
-PURGED_SUFFIX = ".purged.json"
-REASON_SUFFIX = ".reason.json"
-DELETE_CHUNK = 1000  # DeleteObjects takes at most 1,000 keys
-FOLDERS = (IMAGES_DIR, LABELS_DIR)
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-# ----------------------------------------------------------------- status --
-class BatchSummary(BaseModel):
-    batch: str
-    status: BatchStatus
-    closed_by: str | None
-    first_seen: datetime
-    last_seen: datetime
-    closed_at: datetime | None
-    files: dict[str, int]  # object versions by fate (curated, quarantined, ...)
-    pairs: dict[str, int]  # pairs by status (valid, invalid, ...)
-
-
-class PendingPair(BaseModel):
-    batch: str
-    stem: str
-    first_seen: datetime
-    waiting_for: str  # "image" or "label"
-
-
-class LockStatus(BaseModel):
-    holder: str  # the dataset version, which is also the execution's name
-    acquired_at: datetime
-    expires_at: datetime
-    expired: bool
-
-
-class DatasetVersionSummary(BaseModel):
-    version: str
-    key: str
-    last_modified: datetime
-    size_bytes: int
-    purged: bool  # entries were erased from it: `<version>.purged.json` lists them
-
-
-class DataStatus(BaseModel):
-    at: datetime
-    batch_count: int
-    batches: list[BatchSummary]  # the most recently active first
-    pending_pairs: list[PendingPair]
-    lock: LockStatus | None
-    dataset_version_count: int
-    dataset_versions: list[DatasetVersionSummary]  # the newest first
-
-
-def data_status(
-    ledger: Ledger,
-    s3: S3Client,
-    bucket: str,
-    *,
-    batches: int = 20,
-    versions: int = 5,
-    clock: Callable[[], datetime] = utc_now,
-) -> DataStatus:
-    """The overview; `batches` and `versions` bound how many are listed (0: all)."""
-    now = clock()
-    records = sorted(ledger.batches(), key=lambda b: (b.last_seen, b.batch), reverse=True)
-    shown = records[:batches] if batches else records
-    summaries = [
-        BatchSummary(
-            batch=record.batch,
-            status=record.status,
-            closed_by=record.close_reason,
-            first_seen=record.first_seen,
-            last_seen=record.last_seen,
-            closed_at=record.closed_at,
-            # Every uploaded version has exactly one fate, so these add up to the uploads.
-            files=dict(sorted(Counter(f.status.value for f in ledger.files(record.batch)).items())),
-            pairs=dict(sorted(Counter(p.status.value for p in ledger.pairs(record.batch)).items())),
-        )
-        for record in shown
-    ]
-    # Far ahead: a pair a function recorded a moment ago must not hide behind clock skew.
-    pending = ledger.pending_pairs_seen_before(now + timedelta(days=1))
-    lock = ledger.lock()
-    manifests = _manifest_listing(s3, bucket)
-    return DataStatus(
-        at=now,
-        batch_count=len(records),
-        batches=summaries,
-        pending_pairs=[
-            PendingPair(
-                batch=pair.batch,
-                stem=pair.stem,
-                first_seen=pair.first_seen,
-                waiting_for="label" if pair.label is None else "image",
-            )
-            for pair in sorted(pending, key=lambda p: (p.first_seen, p.batch, p.stem))
-        ],
-        lock=LockStatus(
-            holder=lock.holder,
-            acquired_at=lock.acquired_at,
-            expires_at=lock.expires_at,
-            expired=now >= lock.expires_at,
-        )
-        if lock
-        else None,
-        dataset_version_count=len(manifests),
-        dataset_versions=manifests[:versions] if versions else manifests,
-    )
-
-
-def _manifest_listing(s3: S3Client, bucket: str) -> list[DatasetVersionSummary]:
-    objects: list[dict[str, Any]] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(
-        Bucket=bucket, Prefix=prefixes.MANIFESTS
-    ):
-        objects += [dict(item) for item in page.get("Contents", [])]
-    keys = {item["Key"] for item in objects}
-    found = [
-        DatasetVersionSummary(
-            version=item["Key"].removeprefix(prefixes.MANIFESTS).removesuffix(MANIFEST_SUFFIX),
-            key=item["Key"],
-            last_modified=item["LastModified"],
-            size_bytes=item["Size"],
-            purged=_purged_record(item["Key"]) in keys,
-        )
-        for item in objects
-        if item["Key"].endswith(MANIFEST_SUFFIX) and "/" not in _after(item["Key"])
-    ]
-    # Version names start with their UTC time, so the name breaks ties in LastModified.
-    return sorted(found, key=lambda v: (v.last_modified, v.version), reverse=True)
-
-
-def _after(manifest_key: str) -> str:
-    return manifest_key.removeprefix(prefixes.MANIFESTS)
-
-
-def _purged_record(manifest_key: str) -> str:
-    return manifest_key.removesuffix(MANIFEST_SUFFIX) + PURGED_SUFFIX
-
-
-# ------------------------------------------------------------------ purge --
-class PurgeUsageError(ValueError):
-    """A KEY that names no image, label or pair of the data bucket."""
-
 
 class PurgeError(RetrainError):
     """S3 refused part of an erasure; running the same purge again finishes it."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """What one KEY names: a pair (`stem`) of a batch, or a lone landing file (`key`)."""
-
-    given: str
-    batch: str
-    stem: str | None
-    key: str | None = None
-
-
-def stem_of(name: str) -> str:
-    """The pair a file name belongs to, as intake names it (`x.jpg`, `x.png.reason.json`: x)."""
-    return unicodedata.normalize("NFC", split_name(name.removesuffix(REASON_SUFFIX))[0])
-
-
-def parse_target(given: str, bucket: str) -> Target:
-    """`incoming/<batch>/images/x.jpg`, `dataset/labels/<batch>/x.png`, `quarantine/...`,
-    `<batch>/<stem>`, or any of those as `s3://<bucket>/...`."""
-    raw = given.strip()
-    if raw.startswith("s3://"):
-        name, _, raw = raw.removeprefix("s3://").partition("/")
-        if name != bucket:
-            raise PurgeUsageError(f"{given}: not in the data bucket {bucket}")
-    if raw.startswith(prefixes.INCOMING):
-        batch = prefixes.batch_of(raw) or UNBATCHED
-        return _landing_target(given, batch, prefixes.relative_to_batch(raw), raw)
-    if raw.startswith(prefixes.QUARANTINE):
-        batch, sep, relative = raw.removeprefix(prefixes.QUARANTINE).partition("/")
-        relative = relative.removesuffix(REASON_SUFFIX)
-        if not (batch and sep and relative):
-            raise PurgeUsageError(f"{given}: expected quarantine/<batch>/<file>")
-        landing = f"{prefixes.INCOMING}{relative if batch == UNBATCHED else f'{batch}/{relative}'}"
-        return _landing_target(given, batch, relative, landing)
-    if raw.startswith(prefixes.DATASET):
-        folder, _, rest = raw.removeprefix(prefixes.DATASET).partition("/")
-        batch, _, name = rest.partition("/")
-        if folder not in FOLDERS or not batch or not name or "/" in name:
-            raise PurgeUsageError(
-                f"{given}: expected dataset/images/<batch>/<file> or dataset/labels/<batch>/<file>"
-                " (a manifest is not erased; the pairs in it are)"
-            )
-        return Target(given, batch, stem_of(name))
-    parts = raw.split("/")
-    if len(parts) == 2 and all(parts) and not raw.startswith(prefixes.REPORTS):
-        return Target(given, parts[0], unicodedata.normalize("NFC", parts[1]))
-    raise PurgeUsageError(
-        f"{given}: expected incoming/<batch>/images|labels/<file>, "
-        "dataset/images|labels/<batch>/<file>, quarantine/<batch>/... or <batch>/<stem>"
-    )
-
-
-def _landing_target(given: str, batch: str, relative: str, key: str) -> Target:
-    folder, _, name = relative.partition("/")
-    if folder in FOLDERS and name and "/" not in name:
-        return Target(given, batch, stem_of(name), key)
-    return Target(given, batch, None, key)  # a stray file: no pair to look for
-
-
-class ObjectVersion(BaseModel):
-    key: str
-    version_id: str
-    delete_marker: bool = False
-    latest: bool = False
-
-
-class ErasedPair(BaseModel):
-    batch: str
-    stem: str | None  # None: a lone landing file that was no pair's
-    key: str | None
-    requested_as: str
-    why: str  # "requested", or "same image bytes as <batch>/<stem>"
-    status: str | None  # the pair's status in the ledger, if it had a record
-
-
-class ManifestChange(BaseModel):
-    manifest: str
-    dataset_version: str
-    entries_removed: list[str]  # the image paths of the lines taken out
-    record: str  # dataset/manifests/<version>.purged.json
-    versions_deleted: int  # older versions of the manifest (they still held the lines)
-
-
-class PurgeReport(BaseModel):
-    dry_run: bool
-    at: datetime
-    requested: list[str]
-    unmatched: list[str]  # KEYs that matched nothing (exit 1)
-    pairs: list[ErasedPair]
-    objects: list[ObjectVersion]
-    ledger_items: list[str]
-    manifests: list[ManifestChange]
-    reports: list[str]  # batch reports rewritten without the erased files
-    remaining: list[ObjectVersion]  # found again after erasing and still there: should be empty
-    warnings: list[str]
 
 
 @dataclass
@@ -345,8 +105,7 @@ class Purger:
         self, ledger: Ledger, s3: S3Client, bucket: str, clock: Callable[[], datetime] = utc_now
     ) -> None:
         self._ledger = ledger
-        self._s3 = s3
-        self._bucket = bucket
+        self._data = DataBucket(s3, bucket)
         self._clock = clock
         self._listings: dict[str, list[ObjectVersion]] = {}
         self._files: dict[str, list[FileRecord]] = {}
@@ -392,7 +151,7 @@ class Purger:
         """Every version and delete marker of the subject's files, in every zone."""
         found: dict[tuple[str, str], ObjectVersion] = {}
         if subject.stem is not None:
-            for folder in _pair_folders(subject.batch):
+            for folder in prefixes.pair_folders(subject.batch):
                 for version in self._listing(folder):
                     if self._is_part(subject, version.key):
                         found[(version.key, version.version_id)] = version
@@ -404,7 +163,7 @@ class Purger:
 
     def _is_part(self, subject: _Subject, key: str) -> bool:
         """Whether `key` is one of the pair's files in any zone (or its `.reason.json`)."""
-        for folder in _pair_folders(subject.batch):
+        for folder in prefixes.pair_folders(subject.batch):
             if key.startswith(folder):
                 name = key.removeprefix(folder)
                 return "/" not in name and stem_of(name) == subject.stem
@@ -447,22 +206,7 @@ class Purger:
     def _listing(self, prefix: str) -> list[ObjectVersion]:
         """Every version and delete marker under `prefix` (cached until `forget`)."""
         if prefix not in self._listings:
-            versions: list[ObjectVersion] = []
-            pages = self._s3.get_paginator("list_object_versions").paginate(
-                Bucket=self._bucket, Prefix=prefix
-            )
-            for page in pages:
-                for kind, marker in (("Versions", False), ("DeleteMarkers", True)):
-                    versions += [
-                        ObjectVersion(
-                            key=item["Key"],
-                            version_id=item.get("VersionId") or "null",
-                            delete_marker=marker,
-                            latest=bool(item.get("IsLatest")),
-                        )
-                        for item in page.get(kind, [])  # type: ignore[attr-defined]
-                    ]
-            self._listings[prefix] = versions
+            self._listings[prefix] = self._data.versions(prefix)
         return self._listings[prefix]
 
     def forget(self) -> None:
@@ -490,12 +234,14 @@ class Purger:
         plans = []
         for current in every:
             key = current.key
-            if not (current.latest and not current.delete_marker and key.endswith(MANIFEST_SUFFIX)):
+            current_manifest = key.endswith(prefixes.MANIFEST_SUFFIX) and current.latest
+            if not current_manifest or current.delete_marker:
                 continue
             kept, removed = self._split_manifest(current, erased)
             stale = [v for v in every if v.key == key and v.version_id != current.version_id]
             # Older versions are left only by a purge cut short: its `.purged.json` says so.
-            unfinished = bool(stale) and any(v.key == _purged_record(key) for v in every)
+            record = prefixes.purged_record_key(key)
+            unfinished = bool(stale) and any(v.key == record for v in every)
             if removed or unfinished:
                 plans.append(_ManifestPlan(key, current.version_id, kept, removed, stale))
         return plans
@@ -503,13 +249,9 @@ class Purger:
     def _split_manifest(
         self, current: ObjectVersion, erased: Callable[[ManifestEntry], bool]
     ) -> tuple[list[str], list[ManifestEntry]]:
-        body = self._s3.get_object(
-            Bucket=self._bucket, Key=current.key, VersionId=current.version_id
-        )["Body"]
         kept: list[str] = []
         removed: list[ManifestEntry] = []
-        for raw in body.iter_lines():
-            line = raw.decode("utf-8")
+        for line in self._data.lines(current.key, current.version_id):
             if not line.strip():
                 continue
             try:
@@ -526,10 +268,10 @@ class Purger:
     def rewrite_manifest(self, plan: _ManifestPlan, at: datetime) -> ManifestChange:
         """Record what left the manifest, write it without those lines, and delete every older
         version: an erased pair must not survive in a version someone can still read."""
-        version = _after(plan.key).removesuffix(MANIFEST_SUFFIX)
-        record_key = _purged_record(plan.key)
+        version = _version_of(plan.key)
+        record_key = prefixes.purged_record_key(plan.key)
         if plan.removed:
-            record = self._read_json(record_key) or {
+            record = self._data.get_json(record_key) or {
                 "dataset_version": version,
                 "manifest": plan.key,
                 "erasures": [],
@@ -541,13 +283,10 @@ class Purger:
                     "entries": [entry.model_dump(mode="json") for entry in plan.removed],
                 }
             )
-            DataBucket(self._s3, self._bucket).put_json(record_key, record)
-            written = self._s3.put_object(
-                Bucket=self._bucket,
-                Key=plan.key,
-                Body="".join(f"{line}\n" for line in plan.kept).encode(),
-                ContentType="application/x-ndjson",
-            ).get("VersionId")
+            self._data.put_json(record_key, record)
+            written = self._data.put_text(
+                plan.key, "".join(f"{line}\n" for line in plan.kept), "application/x-ndjson"
+            )
         else:
             written = plan.version_id  # only the leftovers of an interrupted purge to clear
         self.forget()
@@ -564,32 +303,12 @@ class Purger:
             versions_deleted=len(stale) if written is not None else 0,
         )
 
-    def _read_json(self, key: str) -> dict[str, Any] | None:
-        try:
-            body = self._s3.get_object(Bucket=self._bucket, Key=key)["Body"].read()
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
-                return None
-            raise
-        document: dict[str, Any] = json.loads(body)
-        return document
-
     # ------------------------------------------------------------ erasing --
     def delete(self, versions: Iterable[ObjectVersion]) -> None:
-        pending = [{"Key": v.key, "VersionId": v.version_id} for v in versions]
-        for start in range(0, len(pending), DELETE_CHUNK):
-            response = self._s3.delete_objects(
-                Bucket=self._bucket,
-                Delete={"Objects": pending[start : start + DELETE_CHUNK], "Quiet": True},  # type: ignore[typeddict-item]
-            )
-            errors = response.get("Errors", [])
-            if errors:
-                first = errors[0]
-                raise PurgeError(
-                    f"S3 refused to delete {len(errors)} object versions, such as "
-                    f"{first.get('Key')} ({first.get('VersionId')}): {first.get('Code')} "
-                    f"{first.get('Message')}; run the same purge again to finish"
-                )
+        try:
+            self._data.delete_versions(versions)
+        except DeleteRefusedError as error:
+            raise PurgeError(f"{error}; run the same purge again to finish") from error
 
     def report_folder(self, batch: str) -> str | None:
         """Where the batch's report is, if it has one (only closed batches do)."""
@@ -602,24 +321,11 @@ class Purger:
         """The batch's report from the ledger as it is now; older versions named the files."""
         if self.report_folder(batch) is None:
             return None
-        write_report(batch, self._ledger, DataBucket(self._s3, self._bucket))
+        write_report(batch, self._ledger, self._data)
         folder = prefixes.report_key(batch, "")
         self.forget()
         self.delete(v for v in self._listing(folder) if not v.latest)
         return folder
-
-
-def _pair_folders(batch: str) -> list[str]:
-    """Where a pair's files can be: landing, curated and quarantine zones."""
-    return [
-        zone
-        for folder in FOLDERS
-        for zone in (
-            f"{prefixes.INCOMING}{batch}/{folder}/",
-            f"{prefixes.DATASET}{folder}/{batch}/",
-            f"{prefixes.QUARANTINE}{batch}/{folder}/",
-        )
-    ]
 
 
 def purge(
@@ -702,12 +408,17 @@ def purge(
 def _planned_change(plan: _ManifestPlan) -> ManifestChange:
     return ManifestChange(
         manifest=plan.key,
-        dataset_version=_after(plan.key).removesuffix(MANIFEST_SUFFIX),
+        dataset_version=_version_of(plan.key),
         entries_removed=[entry.image for entry in plan.removed],
-        record=_purged_record(plan.key),
+        record=prefixes.purged_record_key(plan.key),
         # The version read goes too, once the manifest is written without the lines.
         versions_deleted=len(plan.stale_versions) + (1 if plan.removed else 0),
     )
+
+
+def _version_of(manifest: str) -> str:
+    # Any `.jsonl` under the manifests prefix is erased from, even one nobody should have nested.
+    return manifest.removeprefix(prefixes.MANIFESTS).removesuffix(prefixes.MANIFEST_SUFFIX)
 
 
 def _ident(batch: str, stem: str | None, key: str | None) -> tuple[str, str]:
@@ -721,7 +432,7 @@ def _unique(versions: Iterable[ObjectVersion]) -> list[ObjectVersion]:
 
 def _warnings(ledger: Ledger, plans: list[_ManifestPlan], at: datetime) -> list[str]:
     lock = ledger.lock()
-    touched = {_after(plan.key).removesuffix(MANIFEST_SUFFIX) for plan in plans if plan.removed}
+    touched = {_version_of(plan.key) for plan in plans if plan.removed}
     if lock is None or at >= lock.expires_at or lock.holder not in touched:
         return []
     return [

@@ -18,9 +18,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
+from pydantic import BaseModel
 
 from functions.common import prefixes
 from functions.common.contracts import ManifestEntry, dump_manifest, split_for
+from functions.common.models import TriggerInput
 from functions.common.taxonomy import Taxonomy
 from functions.data.ledger import Ledger
 from functions.data.models import BatchRecord, LockRecord, PairRecord
@@ -74,10 +76,10 @@ def decide(
     )
 
 
-@dataclass(frozen=True)
-class TriggerOutcome:
+class TriggerOutcome(BaseModel):
     started: str | None  # the dataset version (and execution name) started, if any
     reason: str
+    released: bool | None = None  # for a release: whether the holder's lock was there to free
 
 
 @dataclass
@@ -90,11 +92,16 @@ class Trigger:
     policy: TriggerPolicy
     clock: Callable[[], datetime]
 
+    def handle(self, request: TriggerInput) -> TriggerOutcome:
+        """Release the lock when asked to, then look for data ready to train on."""
+        released = self.release(request.holder) if request.holder is not None else None
+        return self.run().model_copy(update={"released": released})
+
     def run(self) -> TriggerOutcome:
         now = self.clock()
         lock = self.ledger.lock()
         if lock is not None and self._holder_running(lock, now):
-            return TriggerOutcome(None, f"a run holds the lock: {lock.holder}")
+            return TriggerOutcome(started=None, reason=f"a run holds the lock: {lock.holder}")
         settled = {
             batch.batch: batch
             for batch in self.ledger.closed_batches()
@@ -104,14 +111,14 @@ class Trigger:
         new = [p for p in curated if p.dataset_version is None]
         decision = decide(new, settled, now, self.policy)
         if not decision.start:
-            return TriggerOutcome(None, decision.reason)
+            return TriggerOutcome(started=None, reason=decision.reason)
         entries = [self._entry(pair) for pair in sorted(curated, key=lambda p: (p.batch, p.stem))]
         version = _version_name(now, entries)
         expires = now + timedelta(seconds=self.policy.lock_ttl_seconds)
         if not self.ledger.acquire_lock(
             LockRecord(holder=version, acquired_at=now, expires_at=expires), replacing=lock
         ):
-            return TriggerOutcome(None, "another trigger took the lock first")
+            return TriggerOutcome(started=None, reason="another trigger took the lock first")
         self.bucket.put_text(
             prefixes.manifest_key(version), dump_manifest(entries), "application/x-ndjson"
         )
@@ -124,7 +131,7 @@ class Trigger:
                 self.ledger.put_pair(
                     record.model_copy(update={"dataset_version": version}), revision + 1
                 )
-        return TriggerOutcome(version, decision.reason)
+        return TriggerOutcome(started=version, reason=decision.reason)
 
     def release(self, holder: str) -> bool:
         return self.ledger.release_lock(holder)
