@@ -1,9 +1,11 @@
-"""Typed boto3 client factories: one place that knows how every AWS call is retried.
+"""The one boto3 client factory: one place that knows how every AWS call is retried.
 
 Botocore's `standard` retry mode retries throttling and transient errors with exponential backoff
 and jitter; we raise the attempt count because S3 and DynamoDB throttle in bursts when an
 annotation team uploads thousands of objects at once. Endpoints come from the environment
-(`AWS_ENDPOINT_URL`), so the same code talks to AWS or to the offline stack.
+(`AWS_ENDPOINT_URL`), so the same code talks to AWS or to the offline stack. The functions use the
+cached typed accessors below; the command-line tool and the offline stack call `make` with their
+own session, endpoint or retry budget.
 """
 
 from __future__ import annotations
@@ -29,9 +31,30 @@ RETRY_CONFIG = Config(
 )
 
 
+def make(
+    service: str,
+    *,
+    session: boto3.session.Session | None = None,
+    endpoint_url: str | None = None,
+    config: Config = RETRY_CONFIG,
+    credentials: tuple[str, str] | None = None,
+) -> Any:
+    """A client for `service`; `credentials` (key id, secret) only where none are configured."""
+    key_id, secret = credentials or (None, None)
+    # boto3's default session unless told otherwise: the offline stack's emulators hook into it.
+    factory = session.client if session is not None else boto3.client
+    return factory(  # type: ignore[call-overload]
+        service,
+        endpoint_url=endpoint_url,
+        config=config,
+        aws_access_key_id=key_id,
+        aws_secret_access_key=secret,
+    )
+
+
 @cache
 def _client(service: str) -> Any:
-    return boto3.client(service, config=RETRY_CONFIG)  # type: ignore[call-overload]
+    return make(service)
 
 
 def s3() -> S3Client:

@@ -1,8 +1,9 @@
 """One error vocabulary for every function.
 
-The state machine catches errors by name (a Lambda's error name is its exception class), so these
-names are part of the contract with `statemachine/retrain.asl.json`: rename one only together with
-the ASL states that catch it.
+A Lambda's error name is its exception class, so these names are what the state machine's Retry
+and Catch match, and what SQS redelivery and the DLQ show. Every error the project raises on
+purpose derives from `RetrainError`; the training-job request's own errors are in
+`functions/training_job/errors.py`. Rename one only together with the ASL states that name it.
 """
 
 from __future__ import annotations
@@ -26,3 +27,11 @@ class DatasetVersionNotFoundError(RetrainError):
 
 class InvalidEventError(RetrainError):
     """An event does not have the shape its source documents (not retried: it never will)."""
+
+
+class ObjectGoneError(RetrainError):
+    """The object version an event named is no longer there (deleted or purged)."""
+
+
+class ConcurrentUpdateError(RetrainError):
+    """Someone else changed the record between our read and our write (retried by SQS)."""

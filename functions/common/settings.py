@@ -54,7 +54,7 @@ class TriggerSettings(LedgerSettings):
 
 
 class PrepareRunSettings(DataBucketSettings):
-    manifest_prefix: str = "dataset/manifests/"
+    """The first state of a run reads the manifest; the layout comes from `prefixes`."""
 
 
 SettingsT = TypeVar("SettingsT", bound=FunctionSettings)

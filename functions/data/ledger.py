@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
-from functions.common.errors import RetrainError
+from functions.common.errors import ConcurrentUpdateError
 from functions.data.models import (
     BatchRecord,
     FileRecord,
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 STATE_INDEX = "state"
 LOCK_PK = "lock#retrain"
 RecordT = TypeVar("RecordT", bound=BaseModel)
-
-
-class ConcurrentUpdateError(RetrainError):
-    """Someone else changed the record between our read and our write (retried by SQS)."""
 
 
 def _iso(moment: datetime) -> str:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from functions.common.errors import RetrainError
+from functions.common.errors import ObjectGoneError, RetrainError
 from functions.data.models import ObjectVersion
 
 if TYPE_CHECKING:
@@ -16,10 +16,6 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 DELETE_CHUNK = 1000  # DeleteObjects takes at most 1,000 keys
-
-
-class ObjectGoneError(RetrainError):
-    """The object version an event named is no longer there (deleted or purged)."""
 
 
 class DeleteRefusedError(RetrainError):

@@ -16,6 +16,7 @@ from typing import NamedTuple, Protocol
 
 from PIL import Image, ImageFile, UnidentifiedImageError
 
+from functions.common.errors import RetrainError
 from functions.validation.config import ValidationConfig
 from functions.validation.reasons import ReasonCode, RejectedError
 
@@ -57,7 +58,7 @@ class Readable(Protocol):
 Source = bytes | Readable
 
 
-class StrictDecodingDisabledError(RuntimeError):
+class StrictDecodingDisabledError(RetrainError, RuntimeError):
     """Someone set `ImageFile.LOAD_TRUNCATED_IMAGES`; truncated files would then pass."""
 
 

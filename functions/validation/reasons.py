@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from functions.common.errors import RetrainError
+
 
 class ReasonCode(StrEnum):
     # Names and layout.
@@ -91,7 +93,7 @@ DESCRIPTIONS: dict[ReasonCode, str] = {
 }
 
 
-class RejectedError(Exception):
+class RejectedError(RetrainError):
     """A check found a defect; carries the reason out of nested checks to the one place that
     records it, so each check stays a short function that either returns or raises."""
 

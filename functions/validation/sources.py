@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 from urllib.parse import urlsplit
 
+from functions.common.errors import RetrainError
 from functions.validation.reasons import ReasonCode, RejectedError
 
 # S3's bucket naming rules: 3-63 lower-case letters, digits, dots and hyphens.
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 
 
-class ObjectMissingError(Exception):
+class ObjectMissingError(RetrainError):
     """The object or file does not exist (yet), or cannot be read."""
 
 

@@ -23,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from rich.console import Console
 from rich.table import Table
 
+from functions.common import clients
 from functions.data.erasure import PurgeReport, PurgeUsageError
 from functions.data.ledger import Ledger
 from functions.data.purge import PurgeError, purge
@@ -74,28 +75,30 @@ def _connect(
     if not table:
         _fail("no ledger table: pass --ledger-table or set LEDGER_TABLE", 2)
     session = boto3.session.Session(region_name=region)
-    key_id = secret = None
+    credentials = None
     offline = bool(endpoint_url) and urlparse(endpoint_url).hostname in LOOPBACK
     if offline and not session.region_name:
         session = boto3.session.Session(region_name=StackOptions().region)
     if offline and session.get_credentials() is None:
         # The offline stack takes any credentials; botocore still wants some to sign with.
-        key_id = FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"]
-        secret = FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
-    try:
-        s3: S3Client = session.client(
-            "s3",
-            endpoint_url=endpoint_url,
-            config=CLI_CONFIG,
-            aws_access_key_id=key_id,
-            aws_secret_access_key=secret,
+        credentials = (
+            FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         )
-        dynamodb: DynamoDBClient = session.client(
-            "dynamodb",
+    try:
+        s3: S3Client = clients.make(
+            "s3",
+            session=session,
             endpoint_url=endpoint_url,
             config=CLI_CONFIG,
-            aws_access_key_id=key_id,
-            aws_secret_access_key=secret,
+            credentials=credentials,
+        )
+        dynamodb: DynamoDBClient = clients.make(
+            "dynamodb",
+            session=session,
+            endpoint_url=endpoint_url,
+            config=CLI_CONFIG,
+            credentials=credentials,
         )
         s3.head_bucket(Bucket=bucket)
         dynamodb.describe_table(TableName=table)

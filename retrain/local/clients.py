@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import boto3
 
+from functions.common import clients
+
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_logs import CloudWatchLogsClient
@@ -32,7 +34,7 @@ class StackClients:
         session = boto3.session.Session(region_name=region)
 
         def client(service: str):  # type: ignore[no-untyped-def]
-            return session.client(service, endpoint_url=endpoint_url)  # type: ignore[call-overload]
+            return clients.make(service, session=session, endpoint_url=endpoint_url)
 
         return cls(
             s3=client("s3"),

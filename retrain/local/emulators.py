@@ -26,12 +26,13 @@ from botocore.model import OperationModel
 from botocore.response import StreamingBody
 from botocore.validate import ParamValidator
 
+from functions.common.errors import RetrainError
 from functions.common.service_model import service_side_problems
 
 Emulator = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-class EmulatedServiceError(Exception):
+class EmulatedServiceError(RetrainError):
     """Raised by an emulator to answer with an AWS error (botocore turns it into a ClientError)."""
 
     def __init__(self, code: str, message: str, status: int = 400) -> None:
@@ -41,7 +42,7 @@ class EmulatedServiceError(Exception):
         self.status = status
 
 
-class EmulatorContractError(Exception):
+class EmulatorContractError(RetrainError):
     """An emulator answered with a response that botocore's service model does not allow."""
 
 

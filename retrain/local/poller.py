@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from functions.common.errors import RetrainError
 from retrain.local.lambdas import LambdaRuntime
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 SQS_MAX_RECEIVE = 10
 
 
-class EventSourceMappingError(ValueError):
+class EventSourceMappingError(RetrainError, ValueError):
     """A mapping that Lambda's CreateEventSourceMapping would refuse."""
 
 

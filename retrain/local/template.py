@@ -17,8 +17,10 @@ from typing import Any
 
 import yaml
 
+from functions.common.errors import RetrainError
 
-class TemplateError(Exception):
+
+class TemplateError(RetrainError):
     """The template cannot be read or resolved for the offline stack."""
 
 

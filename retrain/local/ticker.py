@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from functions.common.errors import RetrainError
 from retrain.local.lambdas import Invocation, LambdaRuntime
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ _RATE = re.compile(r"^rate\((\d+)\s+(minute|minutes|hour|hours|day|days)\)$")
 _UNIT_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 
 
-class ScheduleError(ValueError):
+class ScheduleError(RetrainError, ValueError):
     """A schedule expression the offline ticker cannot play."""
 
 
