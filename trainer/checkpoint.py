@@ -8,18 +8,32 @@ their final name and renamed, so neither a reader nor that sync ever sees half a
 
 Everything saved is plain tensors, numbers, strings and containers, so both files load with
 `torch.load(weights_only=True)`: a model or checkpoint from S3 cannot run code on load.
+
+`Checkpointer` decides when one is due and writes it; `resume` reads one back into a `RunState`.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from torch import nn
+
+from trainer import distributed
+from trainer.metrics import EpochProgress
+
+if TYPE_CHECKING:
+    import argparse
+
+log = logging.getLogger("trainer")
 
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d{9})\.pt$")
 MODEL_FORMAT = "retrain-bisenetv2"
@@ -134,3 +148,142 @@ def load_model_document(path: Path) -> dict[str, Any]:
             f"{path} is not a {MODEL_FORMAT} model file (format {document.get('format')!r})"
         )
     return document
+
+
+def load_weights(model: nn.Module, path: Path, width: float, classes: list[str]) -> None:
+    """Start `model` from a model file of the same width and classes."""
+    document = load_model_document(path)
+    if document["width"] != width or document["classes"] != classes:
+        raise SystemExit(
+            f"{path} is width {document['width']} with {len(document['classes'])} classes; this "
+            f"run is width {width} with {len(classes)}: pass --from-scratch or matching flags"
+        )
+    # The model file carries no booster heads; they start fresh.
+    missing, unexpected = model.load_state_dict(document["state_dict"], strict=False)
+    if unexpected or any(not key.startswith("aux_heads.") for key in missing):
+        raise SystemExit(
+            f"{path} does not fit BiSeNetV2: missing {missing}, unexpected {unexpected}"
+        )
+    log.info("initialised from %s", path)
+
+
+@dataclass
+class RunState:
+    """Where training stands: what a checkpoint restores."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    baseline: dict[str, Any] | None = None
+    progress: EpochProgress = field(default_factory=EpochProgress)
+    init_from: str | None = None
+    resumed_from: str | None = None
+
+
+class Checkpointer:
+    """Decides when a checkpoint is due; writes it from rank 0 with every rank's RNG state."""
+
+    def __init__(
+        self, args: argparse.Namespace, context: distributed.Context, dataset_version: str
+    ) -> None:
+        self.args = args
+        self.context = context
+        self.dataset_version = dataset_version
+        self.last_saved = time.monotonic()
+
+    def due(self, global_step: int) -> bool:
+        every_steps, every_seconds = (
+            self.args.checkpoint_every_steps,
+            self.args.checkpoint_every_seconds,
+        )
+        if every_steps and global_step % every_steps == 0:
+            return True
+        if not every_seconds:
+            return False
+        # Clocks differ between hosts, so rank 0's decides: ranks that disagreed would wait
+        # forever in the collectives inside save().
+        late = time.monotonic() - self.last_saved >= every_seconds
+        return distributed.broadcast_flag(late, self.context.device)
+
+    def save(
+        self,
+        state: RunState,
+        global_step: int,
+        *,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        scaler: Any,
+    ) -> None:
+        # Every rank's RNG state and running sums, so each resumed rank continues its own streams.
+        rng_states = distributed.gather_objects(rng_state())
+        progress_states = distributed.gather_objects(asdict(state.progress))
+        self.last_saved = time.monotonic()
+        if not self.context.is_main:
+            return
+        document = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else None,
+            "epoch": state.epoch,
+            "step_in_epoch": state.step_in_epoch,
+            "global_step": global_step,
+            "world_size": self.context.world_size,
+            "dataset_version": self.dataset_version,
+            "init_from": state.init_from,
+            "history": state.history,
+            "baseline": state.baseline,
+            "progress": progress_states,
+            "rng": rng_states,
+        }
+        directory = Path(self.args.checkpoint_dir)
+        path = save_checkpoint(document, directory, global_step, self.args.keep_checkpoints)
+        log.info(
+            "checkpoint %s (epoch %d, step %d)", path.name, state.epoch + 1, state.step_in_epoch
+        )
+
+
+def resume(
+    path: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: Any,
+    *,
+    dataset_version: str,
+    context: distributed.Context,
+) -> RunState:
+    """Restore a checkpoint into the objects given, on every rank; where training then stands."""
+    document = load(path)
+    if document["dataset_version"] != dataset_version:
+        raise SystemExit(
+            f"{path} is a checkpoint of dataset {document['dataset_version']}, not "
+            f"{dataset_version}: give every job its own checkpoint folder"
+        )
+    if document["world_size"] != context.world_size:
+        # Sampler positions are per rank: another world size shards the epoch differently.
+        raise SystemExit(
+            f"{path} was written by {document['world_size']} processes, this job has "
+            f"{context.world_size}: resume with the same instance count"
+        )
+    model.load_state_dict(document["model"])
+    optimizer.load_state_dict(document["optimizer"])
+    scheduler.load_state_dict(document["scheduler"])
+    if scaler is not None and document["scaler"] is not None:
+        scaler.load_state_dict(document["scaler"])
+    # Last, so that nothing above draws from the restored streams.
+    set_rng_state(document["rng"][context.rank])
+    log.info(
+        "resumed from %s: epoch %d, step %d",
+        path, document["epoch"] + 1, document["step_in_epoch"],
+    )  # fmt: skip
+    return RunState(
+        epoch=document["epoch"],
+        step_in_epoch=document["step_in_epoch"],
+        history=document["history"],
+        baseline=document["baseline"],
+        progress=EpochProgress(**document["progress"][context.rank]),
+        init_from=document["init_from"],
+        resumed_from=str(path),
+    )

@@ -10,9 +10,10 @@ import torch
 
 from functions.common.taxonomy import CITYSCAPES_CLASSES
 from trainer import checkpoint
+from trainer.build import init_from
 from trainer.model import BiSeNetV2
 from trainer.train import CITYSCAPES_CLASSES as TRAINER_CLASSES
-from trainer.train import _init_from, get_args_parser, str2bool
+from trainer.train import get_args_parser, str2bool
 
 
 @pytest.mark.parametrize("text", ["true", "True", "TRUE", "1", "yes"])
@@ -60,16 +61,16 @@ def test_training_starts_from_the_accepted_model_in_the_model_channel(
 ) -> None:
     parser = get_args_parser()
     monkeypatch.setenv("SM_CHANNEL_MODEL", str(tmp_path))
-    assert _init_from(parser.parse_args([])) is None, "no model.pt in the channel: from scratch"
+    assert init_from(parser.parse_args([])) is None, "no model.pt in the channel: from scratch"
 
     model = BiSeNetV2(19, width=0.25)
     document = checkpoint.model_document(
         model.state_dict(), width=0.25, classes=list(CITYSCAPES_CLASSES)
     )
     checkpoint.save_atomically(document, tmp_path / "model.pt")
-    assert _init_from(parser.parse_args([])) == str(tmp_path / "model.pt")
-    assert _init_from(parser.parse_args(["--from-scratch", "true"])) is None
-    assert _init_from(parser.parse_args(["--init-from", "/elsewhere/model.pt"])) == (
+    assert init_from(parser.parse_args([])) == str(tmp_path / "model.pt")
+    assert init_from(parser.parse_args(["--from-scratch", "true"])) is None
+    assert init_from(parser.parse_args(["--init-from", "/elsewhere/model.pt"])) == (
         "/elsewhere/model.pt"
     )
     loaded = checkpoint.load_model_document(tmp_path / "model.pt")

@@ -1,0 +1,183 @@
+"""From the flags to the run's parts: checked flags, datasets, loaders, model and optimiser.
+
+`train.py` calls these in order; each raises SystemExit with a message that names the flag to
+change when the flags cannot make a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader
+
+from trainer import checkpoint, distributed, loader, precision
+from trainer.data import (
+    Augment,
+    ResumableDistributedSampler,
+    SegmentationDataset,
+    ShardSampler,
+    parse_size,
+    read_manifest,
+)
+from trainer.decode import ImageDecoder, pick_decoder
+from trainer.model import BiSeNetV2
+from trainer.schedule import WarmupPoly, default_warmup
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse what cannot make a run, before any work."""
+    missing = [
+        flag
+        for flag, value in (
+            ("--data-dir (or SM_CHANNEL_TRAIN)", args.data_dir),
+            ("--model-dir (or SM_MODEL_DIR)", args.model_dir),
+            ("--output-data-dir (or SM_OUTPUT_DATA_DIR)", args.output_data_dir),
+        )
+        if not value
+    ]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}")
+    if args.batch_size < 2:
+        raise SystemExit("--batch-size must be at least 2: BatchNorm needs two samples per rank")
+    if args.grad_accum < 1 or args.epochs < 1 or args.eval_every < 1:
+        raise SystemExit("--grad-accum, --epochs and --eval-every must be at least 1")
+
+
+def manifest_path(args: argparse.Namespace) -> Path:
+    """--manifest, else manifests/<--dataset-version>.jsonl, below --data-dir."""
+    data_dir = Path(args.data_dir)
+    if args.manifest:
+        path = Path(args.manifest)
+        path = path if path.is_absolute() else data_dir / path
+    elif args.dataset_version:
+        path = data_dir / "manifests" / f"{args.dataset_version}.jsonl"
+    else:
+        raise SystemExit("name the dataset: --manifest or --dataset-version")
+    if not path.is_file():
+        raise SystemExit(f"no manifest at {path}")
+    return path
+
+
+def datasets(
+    args: argparse.Namespace, manifest: Path
+) -> tuple[SegmentationDataset, SegmentationDataset]:
+    """The train and val splits of the manifest, the first augmented."""
+    entries = read_manifest(manifest)
+    train_entries = [entry for entry in entries if entry.split == "train"]
+    val_entries = [entry for entry in entries if entry.split == "val"]
+    if not train_entries or not val_entries:
+        raise SystemExit(
+            f"{manifest} has {len(train_entries)} train and {len(val_entries)} val pairs; "
+            "a run needs both"
+        )
+    base_size = parse_size(args.base_size) if args.base_size else None
+    augment = Augment(parse_size(args.crop), args.scale_min, args.scale_max, jitter=args.jitter)
+    decoder = ImageDecoder(pick_decoder(args.decoder))
+    data_dir = Path(args.data_dir)
+    return (
+        SegmentationDataset(data_dir, train_entries, augment, base_size, decoder),
+        SegmentationDataset(data_dir, val_entries, None, base_size, decoder),
+    )
+
+
+def loaders(
+    args: argparse.Namespace,
+    context: distributed.Context,
+    train_set: SegmentationDataset,
+    val_set: SegmentationDataset,
+) -> tuple[ResumableDistributedSampler, DataLoader[Any], DataLoader[Any]]:
+    """This rank's training sampler and loader, and its val loader (`loader.py`)."""
+    cuda = context.device.type == "cuda"
+    train_sampler = ResumableDistributedSampler(
+        train_set, context.world_size, context.rank, seed=args.seed
+    )
+    workers = (
+        args.workers
+        if args.workers >= 0
+        else loader.default_workers(context.local_world_size, accelerator=cuda)
+    )
+    loading: dict[str, Any] = {
+        "workers": workers,
+        # Pinned pages: the host-to-GPU copy can then run asynchronously (non_blocking).
+        "pin_memory": cuda,
+        "prefetch_factor": args.prefetch_factor,
+    }
+    train_loader = loader.make_loader(
+        train_set,
+        batch_size=args.batch_size,
+        sampler=train_sampler,
+        # Full batches only: BiSeNetV2's context block batch-normalises a 1x1 pooled map, which
+        # cannot be done for a batch of one.
+        drop_last=True,
+        **loading,
+    )
+    val_loader = loader.make_loader(
+        val_set,
+        batch_size=args.val_batch_size or args.batch_size,
+        # Every val sample exactly once across ranks: DistributedSampler would pad with repeats.
+        sampler=ShardSampler(len(val_set), context.world_size, context.rank),
+        **loading,
+    )
+    return train_sampler, train_loader, val_loader
+
+
+def init_from(args: argparse.Namespace) -> str | None:
+    """The accepted model to start from: --init-from, else the `model` channel, unless scratch."""
+    if args.from_scratch:
+        return None
+    if args.init_from:
+        return str(args.init_from)
+    channel = os.environ.get("SM_CHANNEL_MODEL")
+    default = Path(channel) / checkpoint.MODEL_FILE if channel else None
+    return str(default) if default is not None and default.is_file() else None
+
+
+def models(
+    args: argparse.Namespace,
+    context: distributed.Context,
+    classes: list[str],
+    init_from: str | None,
+) -> tuple[nn.Module, nn.Module, bool]:
+    """The bare model (for evaluation and saving), the one to train (DDP), and channels-last."""
+    device, cuda = context.device, context.device.type == "cuda"
+    bare_model: nn.Module = BiSeNetV2(len(classes), width=args.width, aux=args.aux_weight > 0)
+    bare_model = bare_model.to(device)
+    if init_from is not None:
+        checkpoint.load_weights(bare_model, Path(init_from), args.width, classes)
+    if cuda and context.world_size > 1 and args.sync_bn:
+        # Not on CPU: there SyncBatchNorm raises "SyncBatchNorm layers only work with GPU modules".
+        bare_model = nn.SyncBatchNorm.convert_sync_batchnorm(bare_model)  # type: ignore[no-untyped-call]
+    # Channels-last feeds tensor cores without transposes; on CPU it only slows convolutions.
+    channels_last = cuda and args.channels_last
+    if channels_last:
+        bare_model = bare_model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    model: nn.Module = bare_model
+    if distributed.is_distributed():
+        model = DistributedDataParallel(
+            bare_model, device_ids=[context.local_rank] if cuda else None
+        )
+    return bare_model, model, channels_last
+
+
+def optimization(
+    args: argparse.Namespace, model: nn.Module, steps_per_epoch: int, device: torch.device
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler, Any, torch.dtype | None]:
+    """SGD, warm-up + poly schedule, and mixed precision (with a scaler only for fp16)."""
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay
+    )
+    total_steps = steps_per_epoch * args.epochs
+    warmup = args.warmup_steps if args.warmup_steps >= 0 else default_warmup(total_steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, WarmupPoly(total_steps, min(warmup, total_steps - 1), args.poly_power)
+    )
+    amp_dtype = precision.amp_dtype(args.amp, device)
+    # Only fp16 needs loss scaling: bf16 has fp32's exponent range.
+    scaler = precision.grad_scaler() if amp_dtype == torch.float16 else None
+    return optimizer, scheduler, scaler, amp_dtype
