@@ -52,9 +52,7 @@ def train_steps(rank: int, world: int, port: int, args: argparse.Namespace, out:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     if world > 1:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-        )
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     model: torch.nn.Module = BiSeNetV2(CLASSES, width=args.width, aux=True)
     timer = None
     if world > 1:
@@ -89,10 +87,7 @@ def measure(world: int, args: argparse.Namespace) -> tuple[float, float, float]:
     context = mp.get_context("spawn")
     out = context.SimpleQueue()
     port = free_port()
-    processes = [
-        context.Process(target=train_steps, args=(rank, world, port, args, out))
-        for rank in range(world)
-    ]
+    processes = [context.Process(target=train_steps, args=(rank, world, port, args, out)) for rank in range(world)]
     for process in processes:
         process.start()
     for process in processes:

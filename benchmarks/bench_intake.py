@@ -138,15 +138,10 @@ def invocations_per_thousand(objects: int) -> tuple[float, float, int, float]:
         log(f"[invocations] uploaded in {uploaded:.1f} s; waiting for the intake")
         wait_for(lambda: queue_depth(stack) == 0, 600, "the intake to take every upload")
         invocations = intake_invocations(stack) - before
-        failed = [
-            i for i in stack.runtime.invocations[before:] if INTAKE in i.function and i.failed
-        ]
+        failed = [i for i in stack.runtime.invocations[before:] if INTAKE in i.function and i.failed]
         if failed:
             raise SystemExit(f"bench_intake: {len(failed)} intake invocations failed: {failed[0]}")
-        log(
-            f"[invocations] {invocations} invocations in {time.monotonic() - started:.1f} s "
-            f"for {objects} objects"
-        )
+        log(f"[invocations] {invocations} invocations in {time.monotonic() - started:.1f} s for {objects} objects")
         return (
             invocations * 1000 / objects,
             objects / invocations,
@@ -213,10 +208,7 @@ FUNCTION_ENVIRONMENT = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
 }
-TIMED_IMPORT = (
-    "import time; started = time.perf_counter(); import {module}; "
-    "print(time.perf_counter() - started)"
-)
+TIMED_IMPORT = "import time; started = time.perf_counter(); import {module}; print(time.perf_counter() - started)"
 
 
 def import_seconds(module: str, repeats: int) -> float:
@@ -325,9 +317,7 @@ def closure(requirements: list[str]) -> list[metadata.Distribution]:
         for text in distribution.requires or []:
             child = Requirement(text)
             marker = child.marker
-            wanted = marker is None or any(
-                marker.evaluate({"extra": extra}) for extra in (extras or {""})
-            )
+            wanted = marker is None or any(marker.evaluate({"extra": extra}) for extra in (extras or {""}))
             if wanted:
                 pending.append((child, frozenset(child.extras)))
     return list(found.values())

@@ -97,21 +97,25 @@ def main() -> None:
         dataset = SegmentationDataset(root, entries, Augment(SIZE), decoder=decoder)
         samples = args.batches * BATCH
 
-        workers = (
-            args.workers
-            if args.workers >= 0
-            else default_workers(local_world_size=1, accelerator=True)
-        )
+        workers = args.workers if args.workers >= 0 else default_workers(local_world_size=1, accelerator=True)
         sampler = EpochSampler(len(dataset), samples)
         loader = make_loader(
-            dataset, batch_size=BATCH, sampler=sampler, workers=workers,
-            pin_memory=torch.cuda.is_available(), drop_last=True,
-        )  # fmt: skip
+            dataset,
+            batch_size=BATCH,
+            sampler=sampler,
+            workers=workers,
+            pin_memory=torch.cuda.is_available(),
+            drop_last=True,
+        )
         naive_sampler = EpochSampler(len(dataset), samples)
         naive = make_loader(
-            dataset, batch_size=BATCH, sampler=naive_sampler, workers=0, pin_memory=False,
+            dataset,
+            batch_size=BATCH,
+            sampler=naive_sampler,
+            workers=0,
+            pin_memory=False,
             drop_last=True,
-        )  # fmt: skip
+        )
 
         # Start the persistent workers (fork, imports) before any clock runs.
         sampler.set_epoch(1000)

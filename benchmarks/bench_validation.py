@@ -62,9 +62,7 @@ def bare_decode(image: bytes, mask: bytes) -> None:
 
 def validate(image: bytes, mask: bytes) -> None:
     # A fresh index per call: every pair is judged in full, none short-cut as a duplicate.
-    result = validate_pair(
-        image, "images/a.jpg", mask, "labels/a.png", index=InMemoryContentIndex()
-    )
+    result = validate_pair(image, "images/a.jpg", mask, "labels/a.png", index=InMemoryContentIndex())
     if result.status != "valid":
         raise SystemExit(f"benchmark pair rejected: {result.reasons}")
 

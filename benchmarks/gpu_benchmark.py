@@ -85,10 +85,19 @@ class UtilizationSampler:
             self.source = "nvidia-smi"
             index = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or "0"
             self._smi = subprocess.Popen(
-                [smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                 "-i", index, "-lms", str(int(self.interval * 1000))],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            )  # fmt: skip
+                [
+                    smi,
+                    "--query-gpu=utilization.gpu",
+                    "--format=csv,noheader,nounits",
+                    "-i",
+                    index,
+                    "-lms",
+                    str(int(self.interval * 1000)),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
             self._thread = threading.Thread(target=self._read_smi, daemon=True)
         self._thread.start()
 
@@ -229,9 +238,13 @@ def main(argv: list[str] | None = None) -> None:
         workers = default_workers(local_world_size=1, accelerator=True)
         sampler = EpochSampler(len(dataset), args.loader_steps * args.batch)
         loader = make_loader(
-            dataset, batch_size=args.batch, sampler=sampler, workers=workers, pin_memory=True,
+            dataset,
+            batch_size=args.batch,
+            sampler=sampler,
+            workers=workers,
+            pin_memory=True,
             drop_last=True,
-        )  # fmt: skip
+        )
         log(f"loader phase: {workers} workers, decoder {decoder.name}...")
         sampler.epoch = 1000
         timed_epoch(step, loader)  # starts the persistent workers; warms the page cache

@@ -219,9 +219,7 @@ def _draw_ground(canvas: _Canvas, horizon: float, vanish_x: float, rng: random.R
             outer = vanish_x + side * width * rng.uniform(0.9, 1.6)
             inner = vanish_x + side * width * rng.uniform(0.65, 0.85)
             grass = _jitter((110, 150, 70), rng, 20)
-            canvas.polygon(
-                [(vanish_x, horizon), (inner, bottom), (outer, bottom)], "terrain", grass
-            )
+            canvas.polygon([(vanish_x, horizon), (inner, bottom), (outer, bottom)], "terrain", grass)
 
     half_bottom = width * rng.uniform(0.32, 0.55)
     asphalt = _jitter((75, 72, 78), rng, 12)
@@ -251,9 +249,7 @@ def _draw_ground(canvas: _Canvas, horizon: float, vanish_x: float, rng: random.R
             half1 = max(0.5, 0.015 * width * (y1 - horizon) / (bottom - horizon))
             x0 = vanish_x + offset * (y0 - horizon) / (bottom - horizon)
             x1 = vanish_x + offset * (y1 - horizon) / (bottom - horizon)
-            canvas.paint_polygon_only(
-                [(x0 - half0, y0), (x0 + half0, y0), (x1 + half1, y1), (x1 - half1, y1)], paint
-            )
+            canvas.paint_polygon_only([(x0 - half0, y0), (x0 + half0, y0), (x1 + half1, y1), (x1 - half1, y1)], paint)
 
 
 def _draw_trees(canvas: _Canvas, horizon: float, rng: random.Random) -> None:
@@ -264,26 +260,16 @@ def _draw_trees(canvas: _Canvas, horizon: float, rng: random.Random) -> None:
         trunk = max(1.0, radius * 0.15)
         green = _jitter((70, 110, 40), rng, 25)
         canvas.rectangle((x - trunk, base - radius, x + trunk, base), "vegetation", (80, 60, 40))
-        canvas.ellipse(
-            (x - radius, base - radius * 2.6, x + radius, base - radius * 0.6), "vegetation", green
-        )
+        canvas.ellipse((x - radius, base - radius * 2.6, x + radius, base - radius * 0.6), "vegetation", green)
 
 
-def _draw_street_objects(
-    canvas: _Canvas, horizon: float, vanish_x: float, rng: random.Random
-) -> None:
+def _draw_street_objects(canvas: _Canvas, horizon: float, vanish_x: float, rng: random.Random) -> None:
     """Cars on the road, people, poles, signs and lights on the sidewalks, far ones first."""
     width, height = canvas.width, canvas.height
     things: list[tuple[float, str, float]] = []  # (base y, kind, side or lane position)
-    things += [
-        (rng.uniform(0.1, 1.0), "car", rng.uniform(-0.8, 0.8)) for _ in range(rng.randint(0, 4))
-    ]
-    things += [
-        (rng.uniform(0.25, 1.0), "person", rng.choice((-1, 1))) for _ in range(rng.randint(0, 4))
-    ]
-    things += [
-        (rng.uniform(0.3, 1.0), "pole", rng.choice((-1, 1))) for _ in range(rng.randint(1, 3))
-    ]
+    things += [(rng.uniform(0.1, 1.0), "car", rng.uniform(-0.8, 0.8)) for _ in range(rng.randint(0, 4))]
+    things += [(rng.uniform(0.25, 1.0), "person", rng.choice((-1, 1))) for _ in range(rng.randint(0, 4))]
+    things += [(rng.uniform(0.3, 1.0), "pole", rng.choice((-1, 1))) for _ in range(rng.randint(1, 3))]
     for depth, kind, where in sorted(things):
         # depth 0 is the horizon, 1 the bottom edge; sizes grow linearly with it (pinhole camera).
         base = horizon + (height - 1 - horizon) * depth
@@ -329,12 +315,8 @@ def _draw_car(canvas: _Canvas, x: float, base: float, scale: float, rng: random.
 def _draw_person(canvas: _Canvas, x: float, base: float, scale: float, rng: random.Random) -> None:
     tall = max(6.0, scale * rng.uniform(0.45, 0.6))
     half = max(1.0, tall * 0.16)
-    shirt = _jitter(
-        rng.choice(((180, 40, 40), (40, 60, 150), (230, 230, 220), (60, 60, 60))), rng, 25
-    )
-    canvas.rectangle(
-        (x - half * 0.8, base - tall * 0.45, x + half * 0.8, base), "person", (35, 35, 50)
-    )
+    shirt = _jitter(rng.choice(((180, 40, 40), (40, 60, 150), (230, 230, 220), (60, 60, 60))), rng, 25)
+    canvas.rectangle((x - half * 0.8, base - tall * 0.45, x + half * 0.8, base), "person", (35, 35, 50))
     canvas.rectangle((x - half, base - tall * 0.82, x + half, base - tall * 0.45), "person", shirt)
     head = max(1.0, tall * 0.09)
     skin = _jitter((200, 160, 130), rng, 30)
@@ -344,16 +326,12 @@ def _draw_person(canvas: _Canvas, x: float, base: float, scale: float, rng: rand
 def _draw_pole(canvas: _Canvas, x: float, base: float, scale: float, rng: random.Random) -> None:
     tall = max(10.0, scale * rng.uniform(0.9, 1.3))
     half = max(1.0, tall * 0.035)
-    canvas.rectangle(
-        (x - half, base - tall, x + half, base), "pole", _jitter((110, 110, 115), rng, 15)
-    )
+    canvas.rectangle((x - half, base - tall, x + half, base), "pole", _jitter((110, 110, 115), rng, 15))
     top = base - tall
     size = max(4.0, tall * 0.18)
     if rng.random() < 0.5:
         # A traffic light: a dark box with one lit lamp (the lamp is still traffic light).
-        canvas.rectangle(
-            (x - size * 0.4, top, x + size * 0.4, top + size * 1.2), "traffic light", (30, 30, 30)
-        )
+        canvas.rectangle((x - size * 0.4, top, x + size * 0.4, top + size * 1.2), "traffic light", (30, 30, 30))
         lamp: Color = rng.choice(((230, 40, 30), (240, 180, 20), (40, 220, 90)))
         row = rng.randint(0, 2)
         y0 = top + size * (0.1 + 0.35 * row)

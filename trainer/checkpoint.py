@@ -124,9 +124,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def model_document(
-    state_dict: dict[str, torch.Tensor], *, width: float, classes: list[str]
-) -> dict[str, Any]:
+def model_document(state_dict: dict[str, torch.Tensor], *, width: float, classes: list[str]) -> dict[str, Any]:
     """The model file: inference weights (no booster heads) and what it takes to rebuild the net."""
     return {
         "format": MODEL_FORMAT,
@@ -144,9 +142,7 @@ def load_model_document(path: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"no model file at {path}")
     document = load(path)
     if document.get("format") != MODEL_FORMAT:
-        raise ValueError(
-            f"{path} is not a {MODEL_FORMAT} model file (format {document.get('format')!r})"
-        )
+        raise ValueError(f"{path} is not a {MODEL_FORMAT} model file (format {document.get('format')!r})")
     return document
 
 
@@ -161,9 +157,7 @@ def load_weights(model: nn.Module, path: Path, width: float, classes: list[str])
     # The model file carries no booster heads; they start fresh.
     missing, unexpected = model.load_state_dict(document["state_dict"], strict=False)
     if unexpected or any(not key.startswith("aux_heads.") for key in missing):
-        raise SystemExit(
-            f"{path} does not fit BiSeNetV2: missing {missing}, unexpected {unexpected}"
-        )
+        raise SystemExit(f"{path} does not fit BiSeNetV2: missing {missing}, unexpected {unexpected}")
     log.info("initialised from %s", path)
 
 
@@ -183,9 +177,7 @@ class RunState:
 class Checkpointer:
     """Decides when a checkpoint is due; writes it from rank 0 with every rank's RNG state."""
 
-    def __init__(
-        self, args: argparse.Namespace, context: distributed.Context, dataset_version: str
-    ) -> None:
+    def __init__(self, args: argparse.Namespace, context: distributed.Context, dataset_version: str) -> None:
         self.args = args
         self.context = context
         self.dataset_version = dataset_version
@@ -239,9 +231,7 @@ class Checkpointer:
         }
         directory = Path(self.args.checkpoint_dir)
         path = save_checkpoint(document, directory, global_step, self.args.keep_checkpoints)
-        log.info(
-            "checkpoint %s (epoch %d, step %d)", path.name, state.epoch + 1, state.step_in_epoch
-        )
+        log.info("checkpoint %s (epoch %d, step %d)", path.name, state.epoch + 1, state.step_in_epoch)
 
 
 def resume(
@@ -276,8 +266,10 @@ def resume(
     set_rng_state(document["rng"][context.rank])
     log.info(
         "resumed from %s: epoch %d, step %d",
-        path, document["epoch"] + 1, document["step_in_epoch"],
-    )  # fmt: skip
+        path,
+        document["epoch"] + 1,
+        document["step_in_epoch"],
+    )
     return RunState(
         epoch=document["epoch"],
         step_in_epoch=document["step_in_epoch"],

@@ -69,16 +69,12 @@ def read_manifest(path: Path) -> list[Entry]:
                     label=str(record["label"]),
                     split=str(record["split"]),
                     image_sha256=str(record.get("image_sha256", "")),
-                    class_pixels={
-                        str(k): int(v) for k, v in record.get("class_pixels", {}).items()
-                    },
+                    class_pixels={str(k): int(v) for k, v in record.get("class_pixels", {}).items()},
                 )
             except (ValueError, KeyError, TypeError) as error:
                 raise ValueError(f"{path}:{number}: not a manifest entry ({error!r})") from error
             if entry.split not in {"train", "val"}:
-                raise ValueError(
-                    f"{path}:{number}: split must be train or val, not {entry.split!r}"
-                )
+                raise ValueError(f"{path}:{number}: split must be train or val, not {entry.split!r}")
             entries.append(entry)
     return entries
 
@@ -160,9 +156,7 @@ class Placement:
             sx, sy = image.width / self.base[0], image.height / self.base[1]
         left, top, right, bottom = self.box
         window = (left * sx, top * sy, right * sx, bottom * sy)
-        if window == (0.0, 0.0, float(image.width), float(image.height)) and (
-            image.size == self.size
-        ):
+        if window == (0.0, 0.0, float(image.width), float(image.height)) and (image.size == self.size):
             out = image
         else:
             out = image.resize(self.size, resample, box=window)
@@ -222,17 +216,13 @@ class Augment:
         table = ((values - 128) * contrast + 128) * brightness * gains[:, None]
         return tuple(np.clip(np.rint(table), 0, 255).astype(np.uint8).ravel().tolist())
 
-    def __call__(
-        self, image: Image.Image, label: Image.Image, rng: random.Random
-    ) -> tuple[Image.Image, Image.Image]:
+    def __call__(self, image: Image.Image, label: Image.Image, rng: random.Random) -> tuple[Image.Image, Image.Image]:
         """Augment already decoded images (the dataset plans first and decodes less)."""
         placement = self.plan(image.size, rng)
         return apply(placement, image.convert("RGB"), label)
 
 
-def apply(
-    placement: Placement, image: Image.Image, label: Image.Image
-) -> tuple[Image.Image, Image.Image]:
+def apply(placement: Placement, image: Image.Image, label: Image.Image) -> tuple[Image.Image, Image.Image]:
     """The placement on both images, as images."""
     out_image, out_label = _cut(placement, image, label)
     if placement.flip:
@@ -257,9 +247,7 @@ def to_arrays(
     return pixels, np.array(np.asarray(out_label)[:, columns], dtype=np.uint8)
 
 
-def _cut(
-    placement: Placement, image: Image.Image, label: Image.Image
-) -> tuple[Image.Image, Image.Image]:
+def _cut(placement: Placement, image: Image.Image, label: Image.Image) -> tuple[Image.Image, Image.Image]:
     """Bilinear for the image, nearest for the label (no blend of two class ids is a third
     class), the same window for both; photometric jitter on the image."""
     out_image = placement.render(image, 0, Image.Resampling.BILINEAR)
@@ -300,11 +288,9 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         if source != label.size:
             raise ValueError(f"{entry.image} is {source} but {entry.label} is {label.size}")
         base = self.base_size or source
-        if self.augment is not None:
-            # Not for security: a reproducible, per-sample augmentation stream.
-            placement = self.augment.plan(base, random.Random(seed))  # noqa: S311
-        else:
-            placement = whole(base)
+        # Not for security: a reproducible, per-sample augmentation stream.
+        rng = random.Random(seed)  # noqa: S311
+        placement = self.augment.plan(base, rng) if self.augment is not None else whole(base)
         # Planned in base coordinates; the files are `source` sized, and the JPEG may be decoded
         # smaller still (by 2, 4 or 8) when the crop needs fewer pixels than the file has.
         placement = _rebase(placement, source)
@@ -343,9 +329,7 @@ class ResumableDistributedSampler(Sampler[SampleKey]):
     `set_epoch`), so a run resumed at `skip(n)` gets the very samples the interrupted one had left.
     """
 
-    def __init__(
-        self, dataset: SegmentationDataset, num_replicas: int, rank: int, seed: int
-    ) -> None:
+    def __init__(self, dataset: SegmentationDataset, num_replicas: int, rank: int, seed: int) -> None:
         super().__init__()
         self.sampler: DistributedSampler[int] = DistributedSampler(
             dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed

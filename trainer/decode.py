@@ -55,9 +55,7 @@ def pick_decoder(preference: str = "auto") -> str:
     if preference not in DECODERS:
         raise ValueError(f"unknown decoder {preference!r}; choose from auto, {', '.join(DECODERS)}")
     if preference not in available:
-        raise ValueError(
-            f"decoder {preference!r} is not installed here; available: {', '.join(available)}"
-        )
+        raise ValueError(f"decoder {preference!r} is not installed here; available: {', '.join(available)}")
     return preference
 
 

@@ -43,9 +43,7 @@ def host_info(context: Context) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda,
         "device": str(context.device.type),
-        "device_name": torch.cuda.get_device_name(context.device)
-        if cuda
-        else platform.processor() or None,
+        "device_name": torch.cuda.get_device_name(context.device) if cuda else platform.processor() or None,
         "device_count": torch.cuda.device_count() if cuda else 0,
         "world_size": context.world_size,
         "local_world_size": context.local_world_size,

@@ -41,19 +41,14 @@ class ConfusionMatrix:
         # Labels outside the taxonomy are treated as ignore rather than corrupting the count.
         keep &= labels < self.num_classes
         flat = labels[keep].long() * self.num_classes + predictions[keep].long()
-        self.matrix += torch.bincount(flat, minlength=self.num_classes**2).view(
-            self.num_classes, self.num_classes
-        )
+        self.matrix += torch.bincount(flat, minlength=self.num_classes**2).view(self.num_classes, self.num_classes)
 
     def iou(self) -> list[float | None]:
         """Per-class IoU; None where the class is in neither labels nor predictions."""
         matrix = self.matrix.double().cpu()
         true_positive = matrix.diag()
         union = matrix.sum(0) + matrix.sum(1) - true_positive
-        return [
-            None if union[c] == 0 else float(true_positive[c] / union[c])
-            for c in range(self.num_classes)
-        ]
+        return [None if union[c] == 0 else float(true_positive[c] / union[c]) for c in range(self.num_classes)]
 
     def miou(self) -> float:
         """Mean IoU over the classes present (see the module docstring); 0.0 if none is."""
@@ -66,9 +61,7 @@ class ConfusionMatrix:
 
 
 def per_class(classes: Sequence[str], iou: Sequence[float | None]) -> dict[str, float | None]:
-    return {
-        name: (None if v is None else round(v, 6)) for name, v in zip(classes, iou, strict=True)
-    }
+    return {name: (None if v is None else round(v, 6)) for name, v in zip(classes, iou, strict=True)}
 
 
 def metric_line(**values: float | int) -> str:
@@ -81,9 +74,7 @@ def metric_line(**values: float | int) -> str:
             parts.append(f"{name}={value:.6g}")
         else:
             # A diverged loss must still be one parseable token.
-            parts.append(
-                f"{name}={'nan' if math.isnan(value) else ('-inf' if value < 0 else 'inf')}"
-            )
+            parts.append(f"{name}={'nan' if math.isnan(value) else ('-inf' if value < 0 else 'inf')}")
     return "METRIC " + " ".join(parts)
 
 
@@ -110,21 +101,18 @@ class EpochProgress:
     allreduce_seconds: float = 0.0
 
 
-def reduce_progress(
-    progress: EpochProgress, device: torch.device, world_size: int
-) -> dict[str, Any]:
+def reduce_progress(progress: EpochProgress, device: torch.device, world_size: int) -> dict[str, Any]:
     """The epoch over all ranks (loss, images/s, where step time went), and each rank's split."""
     sums = torch.tensor(
-        [progress.loss_sum, progress.micro_batches, progress.images], dtype=torch.float64,
+        [progress.loss_sum, progress.micro_batches, progress.images],
+        dtype=torch.float64,
         device=device,
-    )  # fmt: skip
+    )
     distributed.all_reduce_sum(sums)
     loss, micro_batches, images = sums.tolist()
     # Every rank's own times: a rank starved by its loader shows a high stall while the others
     # show the same time as communication (they wait for it in the all-reduce).
-    every_rank = [
-        EpochProgress(**fields) for fields in distributed.gather_objects(asdict(progress))
-    ]
+    every_rank = [EpochProgress(**fields) for fields in distributed.gather_objects(asdict(progress))]
     seconds = sum(rank.train_seconds for rank in every_rank)
     wait = sum(rank.wait_seconds for rank in every_rank)
     communication = sum(rank.comm_seconds for rank in every_rank)
@@ -201,9 +189,7 @@ def read_metrics(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
-def write_metrics(
-    folders: Iterable[str], lineage_info: dict[str, Any], state: RunState, *, complete: bool
-) -> None:
+def write_metrics(folders: Iterable[str], lineage_info: dict[str, Any], state: RunState, *, complete: bool) -> None:
     """metrics.json, rewritten every epoch, so even an interrupted job leaves its lineage."""
     last = state.history[-1] if state.history else None
     document = {

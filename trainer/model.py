@@ -178,24 +178,18 @@ class BilateralGuidedAggregation(nn.Module):
     def __init__(self, channels: int) -> None:
         super().__init__()
         c = channels
-        self.detail_keep = nn.Sequential(
-            ConvBNReLU(c, c, groups=c, relu=False), nn.Conv2d(c, c, 1, bias=False)
-        )
+        self.detail_keep = nn.Sequential(ConvBNReLU(c, c, groups=c, relu=False), nn.Conv2d(c, c, 1, bias=False))
         self.detail_down = nn.Sequential(
             ConvBNReLU(c, c, stride=2, relu=False),
             nn.AvgPool2d(kernel_size=3, stride=2, padding=1, ceil_mode=False),
         )
         self.semantic_up = ConvBNReLU(c, c, relu=False)
-        self.semantic_keep = nn.Sequential(
-            ConvBNReLU(c, c, groups=c, relu=False), nn.Conv2d(c, c, 1, bias=False)
-        )
+        self.semantic_keep = nn.Sequential(ConvBNReLU(c, c, groups=c, relu=False), nn.Conv2d(c, c, 1, bias=False))
         self.fuse = ConvBNReLU(c, c)
 
     def forward(self, detail: torch.Tensor, semantic: torch.Tensor) -> torch.Tensor:
         size = detail.shape[2:]
-        semantic_gate = F.interpolate(
-            self.semantic_up(semantic), size=size, mode="bilinear", align_corners=False
-        )
+        semantic_gate = F.interpolate(self.semantic_up(semantic), size=size, mode="bilinear", align_corners=False)
         left = self.detail_keep(detail) * torch.sigmoid(semantic_gate)
         down = self.detail_down(detail)
         right = down * torch.sigmoid(self.semantic_keep(semantic))
@@ -205,9 +199,7 @@ class BilateralGuidedAggregation(nn.Module):
 
 
 class SegmentHead(nn.Sequential):
-    def __init__(
-        self, in_channels: int, mid_channels: int, num_classes: int, dropout: float
-    ) -> None:
+    def __init__(self, in_channels: int, mid_channels: int, num_classes: int, dropout: float) -> None:
         super().__init__(
             ConvBNReLU(in_channels, mid_channels),
             nn.Dropout(dropout),
@@ -218,9 +210,7 @@ class SegmentHead(nn.Sequential):
 class BiSeNetV2(nn.Module):
     """Logits at the input's resolution; in training mode with `aux`, also the booster logits."""
 
-    def __init__(
-        self, num_classes: int, width: float = 1.0, aux: bool = True, dropout: float = 0.1
-    ) -> None:
+    def __init__(self, num_classes: int, width: float = 1.0, aux: bool = True, dropout: float = 0.1) -> None:
         super().__init__()
         if width <= 0:
             raise ValueError(f"width must be positive, got {width}")

@@ -17,9 +17,7 @@ def amp_dtype(enabled: bool, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
-def autocast(
-    device: torch.device, dtype: torch.dtype | None
-) -> contextlib.AbstractContextManager[Any]:
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
     """`torch.autocast` at `dtype`; nothing at all for None."""
     if dtype is None:
         return contextlib.nullcontext()

@@ -23,9 +23,7 @@ class WarmupPoly:
         if self.total_steps < 1:
             raise ValueError(f"total_steps must be at least 1, got {self.total_steps}")
         if not 0 <= self.warmup_steps < self.total_steps:
-            raise ValueError(
-                f"warmup_steps must be within [0, {self.total_steps}), got {self.warmup_steps}"
-            )
+            raise ValueError(f"warmup_steps must be within [0, {self.total_steps}), got {self.warmup_steps}")
 
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:

@@ -86,8 +86,7 @@ class AllReduceTimer:
             origin = intervals[0][0]
             # Seconds relative to the first bucket's start; elapsed_time is in milliseconds.
             seconds = [
-                (origin.elapsed_time(start) / 1000.0, origin.elapsed_time(end) / 1000.0)
-                for start, end in intervals
+                (origin.elapsed_time(start) / 1000.0, origin.elapsed_time(end) / 1000.0) for start, end in intervals
             ]
         else:
             seconds = [(float(start), float(end)) for start, end in intervals]
@@ -119,9 +118,7 @@ def attach_timer(model: torch.nn.Module, device: torch.device) -> AllReduceTimer
     return timer
 
 
-def split_step(
-    step_seconds: float, wait_seconds: float, exposed_seconds: float
-) -> tuple[float, float, float]:
+def split_step(step_seconds: float, wait_seconds: float, exposed_seconds: float) -> tuple[float, float, float]:
     """(data wait, compute, communication) of one step, adding up to `step_seconds`.
 
     Clocks of two kinds meet here (host, device), so the parts are clamped to fit the step.

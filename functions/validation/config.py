@@ -51,9 +51,7 @@ class ValidationConfig(BaseModel):
         lowered = frozenset(ext.lower() for ext in extensions)
         unknown = sorted(lowered - EXTENSION_FORMATS.keys())
         if unknown:
-            raise ValueError(
-                f"unsupported extensions {unknown}; known: {sorted(EXTENSION_FORMATS)}"
-            )
+            raise ValueError(f"unsupported extensions {unknown}; known: {sorted(EXTENSION_FORMATS)}")
         return lowered
 
     @field_validator("label_extensions")

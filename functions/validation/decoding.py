@@ -76,9 +76,7 @@ def read_source(source: Source, limit: int) -> bytes:
         raise RejectedError(ReasonCode.EMPTY_FILE, "the file is empty (0 bytes)")
     if len(data) > limit:
         # Readers stop one byte past the limit, so the true size is unknown here.
-        raise RejectedError(
-            ReasonCode.FILE_TOO_LARGE, f"the file is larger than the limit of {limit} bytes"
-        )
+        raise RejectedError(ReasonCode.FILE_TOO_LARGE, f"the file is larger than the limit of {limit} bytes")
     return data
 
 
@@ -107,9 +105,7 @@ def check_content_format(data: bytes, expected: str, extension: str) -> None:
             f"the content is not an image (it starts with {data[:8].hex(' ')})",
         )
     if found not in _PILLOW_NAMES:
-        raise RejectedError(
-            ReasonCode.UNSUPPORTED_FORMAT, f"the content is {found}; only JPEG and PNG are accepted"
-        )
+        raise RejectedError(ReasonCode.UNSUPPORTED_FORMAT, f"the content is {found}; only JPEG and PNG are accepted")
     if found != expected:
         raise RejectedError(
             ReasonCode.EXTENSION_MISMATCH,
@@ -121,17 +117,13 @@ def png_header(data: bytes) -> PngHeader:
     """The IHDR fields, read straight from the bytes (Pillow widens 2- and 4-bit gray to 8-bit
     and hides the original depth, which changes what a mask's values mean)."""
     if len(data) < _PNG_HEADER_END:
-        raise RejectedError(
-            ReasonCode.IMAGE_TRUNCATED, f"the PNG ends inside its header ({len(data)} bytes)"
-        )
+        raise RejectedError(ReasonCode.IMAGE_TRUNCATED, f"the PNG ends inside its header ({len(data)} bytes)")
     if data[12:16] != b"IHDR":
         raise RejectedError(ReasonCode.IMAGE_UNDECODABLE, "the PNG does not start with IHDR")
     # A corrupt header must be called corrupt, not judged by the absurd size it now declares.
     (stored_crc,) = struct.unpack(">I", data[29:33])
     if zlib.crc32(data[12:29]) != stored_crc:
-        raise RejectedError(
-            ReasonCode.IMAGE_UNDECODABLE, "the PNG header (IHDR) fails its checksum: corrupt"
-        )
+        raise RejectedError(ReasonCode.IMAGE_UNDECODABLE, "the PNG header (IHDR) fails its checksum: corrupt")
     return PngHeader(*struct.unpack(">IIBB", data[16:26]))
 
 
@@ -159,8 +151,7 @@ def open_header(data: bytes, expected: str) -> Image.Image:
     """Pillow's lazy open: parses the header, decodes no pixel."""
     if ImageFile.LOAD_TRUNCATED_IMAGES:
         raise StrictDecodingDisabledError(
-            "PIL.ImageFile.LOAD_TRUNCATED_IMAGES is True in this process: truncated files "
-            "would pass validation"
+            "PIL.ImageFile.LOAD_TRUNCATED_IMAGES is True in this process: truncated files would pass validation"
         )
     with warnings.catch_warnings():
         # Pillow only warns between its two thresholds; for us that is a rejection too.
@@ -202,14 +193,10 @@ def _failure(expected: str, exc: Exception) -> RejectedError:
             f"compressed PNG metadata expands beyond Pillow's limit ({exc})",
         )
     if isinstance(exc, EOFError) or "truncated" in str(exc).lower():
-        return RejectedError(
-            ReasonCode.IMAGE_TRUNCATED, f"the {expected} file ends before its image data does"
-        )
+        return RejectedError(ReasonCode.IMAGE_TRUNCATED, f"the {expected} file ends before its image data does")
     if isinstance(exc, UnidentifiedImageError):
         # Its message names a memory address; say what it means instead.
-        return RejectedError(
-            ReasonCode.IMAGE_UNDECODABLE, f"the {expected} header is corrupt or unreadable"
-        )
+        return RejectedError(ReasonCode.IMAGE_UNDECODABLE, f"the {expected} header is corrupt or unreadable")
     return RejectedError(
         ReasonCode.IMAGE_UNDECODABLE,
         f"the {expected} decoder failed: {type(exc).__name__}: {str(exc)[:200]}",

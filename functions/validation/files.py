@@ -60,9 +60,7 @@ class Opened:
     format: str  # the container format: "JPEG" or "PNG"
 
 
-def open_checked(
-    source: Source, facts: FileFacts, extensions: frozenset[str], config: ValidationConfig
-) -> Opened:
+def open_checked(source: Source, facts: FileFacts, extensions: frozenset[str], config: ValidationConfig) -> Opened:
     """Run the checks every file shares and open its header; raise `RejectedError` at the
     first defect, before any pixel is decoded."""
     check_key_safety(facts.key, config.max_key_bytes)

@@ -77,15 +77,9 @@ def _label_attribute(record: dict[str, Any]) -> str:
     found = [
         key.removesuffix("-metadata")
         for key, value in record.items()
-        if key.endswith("-ref-metadata")
-        and isinstance(value, dict)
-        and value.get("type") == SEMANTIC_SEGMENTATION
+        if key.endswith("-ref-metadata") and isinstance(value, dict) and value.get("type") == SEMANTIC_SEGMENTATION
     ]
-    failures = [
-        v["failure-reason"]
-        for v in record.values()
-        if isinstance(v, dict) and "failure-reason" in v
-    ]
+    failures = [v["failure-reason"] for v in record.values() if isinstance(v, dict) and "failure-reason" in v]
     if failures and not found:
         raise _invalid(f"is a failed labeling task: {failures[0]}")
     if len(found) != 1:
@@ -126,9 +120,7 @@ def resolve_location(uri: str, config: ValidationConfig) -> S3Location:
     location = S3Location.parse(uri)
     if not any(_within(location, allowed) for allowed in config.allowed_sources):
         allowed = ", ".join(config.allowed_sources) or "none configured"
-        raise RejectedError(
-            ReasonCode.SOURCE_NOT_ALLOWED, f"{uri} is outside the allowed locations ({allowed})"
-        )
+        raise RejectedError(ReasonCode.SOURCE_NOT_ALLOWED, f"{uri} is outside the allowed locations ({allowed})")
     check_key_safety(location.key, config.max_key_bytes)
     return location
 
@@ -198,9 +190,7 @@ def _palette_color(palette: list[int] | None, value: int, count: int) -> RGB:
     return (palette[3 * value], palette[3 * value + 1], palette[3 * value + 2])
 
 
-def class_counts(
-    colors_found: Counter[RGB], color_map: Mapping[RGB, str], config: ValidationConfig
-) -> dict[int, int]:
+def class_counts(colors_found: Counter[RGB], color_map: Mapping[RGB, str], config: ValidationConfig) -> dict[int, int]:
     """Pixels per taxonomy id; raise for colors outside the map or classes outside the
     configured mapping."""
     unknown = Counter({_hex(c): n for c, n in colors_found.items() if c not in color_map})
@@ -244,14 +234,10 @@ def validate_entry(
     label = _side(entry.label, Role.LABEL, entry, reader, config)
     result = judge_pair(entry.item, image, label, taxonomy=config.taxonomy, index=index)
     # Validated, not copied: the URIs as written may hold anything, surrogates included.
-    return PairResult.model_validate(
-        {**result.model_dump(), "image": entry.source, "label": entry.label}
-    )
+    return PairResult.model_validate({**result.model_dump(), "image": entry.source, "label": entry.label})
 
 
-def _side(
-    uri: str, role: Role, entry: GroundTruthEntry, reader: SourceReader, config: ValidationConfig
-) -> Side:
+def _side(uri: str, role: Role, entry: GroundTruthEntry, reader: SourceReader, config: ValidationConfig) -> Side:
     try:
         location = resolve_location(uri, config)
     except RejectedError as error:
@@ -290,8 +276,6 @@ def validate_manifest(
             entry = parse_entry(text, item)
         except RejectedError as error:
             reason = Reason.from_error(error, None)
-            yield PairResult(
-                item=item, image=None, label=None, status=Status.INVALID, reasons=(reason,)
-            )
+            yield PairResult(item=item, image=None, label=None, status=Status.INVALID, reasons=(reason,))
             continue
         yield validate_entry(entry, reader, config=config, index=index)

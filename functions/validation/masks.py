@@ -51,9 +51,7 @@ def check_mask_layout(header: PngHeader, mode: str) -> None:
             f"the mask is {header.bit_depth}-bit grayscale; class ids need exactly 8 bits",
         )
     if mode not in MASK_MODES:
-        raise RejectedError(
-            ReasonCode.MASK_NOT_8BIT, f"the mask decodes to mode {mode}, not L or P"
-        )
+        raise RejectedError(ReasonCode.MASK_NOT_8BIT, f"the mask decodes to mode {mode}, not L or P")
 
 
 def value_counts(mask: Image.Image) -> dict[int, int]:
@@ -73,10 +71,7 @@ def byte_histogram(image: Image.Image) -> list[int]:
     if not whole:
         return image.histogram()
     bands = Image.frombuffer("RGBA", (whole // 4, 1), raw, "raw", "RGBA", 0, 1).histogram()
-    counts = [
-        a + b + c + d
-        for a, b, c, d in zip(*(bands[i : i + 256] for i in range(0, 1024, 256)), strict=True)
-    ]
+    counts = [a + b + c + d for a, b, c, d in zip(*(bands[i : i + 256] for i in range(0, 1024, 256)), strict=True)]
     for value in raw[whole:]:
         counts[value] += 1
     return counts
@@ -85,9 +80,7 @@ def byte_histogram(image: Image.Image) -> list[int]:
 def check_class_values(counts: dict[int, int], taxonomy: Taxonomy) -> None:
     unknown = sorted(value for value in counts if not taxonomy.is_valid_value(value))
     if unknown:
-        raise RejectedError(
-            ReasonCode.MASK_UNKNOWN_CLASS, _unknown_message(unknown, counts, taxonomy)
-        )
+        raise RejectedError(ReasonCode.MASK_UNKNOWN_CLASS, _unknown_message(unknown, counts, taxonomy))
     if set(counts) == {taxonomy.ignore_index}:
         raise RejectedError(
             ReasonCode.MASK_ALL_IGNORE,
@@ -113,8 +106,6 @@ def _unknown_message(unknown: list[int], counts: dict[int, int], taxonomy: Taxon
 def class_pixels(counts: dict[int, int], taxonomy: Taxonomy) -> tuple[dict[str, int], int]:
     """Pixels per class name, and ignored pixels, from a valid mask's value counts."""
     named = {
-        taxonomy.classes[value]: count
-        for value, count in sorted(counts.items())
-        if value != taxonomy.ignore_index
+        taxonomy.classes[value]: count for value, count in sorted(counts.items()) if value != taxonomy.ignore_index
     }
     return named, counts.get(taxonomy.ignore_index, 0)

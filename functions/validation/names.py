@@ -121,8 +121,7 @@ def classify_key(key: str, config: ValidationConfig) -> BatchKey:
         return BatchKey(key, KeyKind.LABEL, _stem(name))
     raise RejectedError(
         ReasonCode.UNEXPECTED_FILE,
-        f"{key!r} is neither images/<stem>.<jpg|jpeg|png> nor labels/<stem>.png "
-        f"(nor the {COMPLETE_MARKER} marker)",
+        f"{key!r} is neither images/<stem>.<jpg|jpeg|png> nor labels/<stem>.png (nor the {COMPLETE_MARKER} marker)",
     )
 
 

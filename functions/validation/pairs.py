@@ -209,16 +209,12 @@ _CHECKS: dict[Role, tuple[Callable[[Source, str, ValidationConfig], FileCheck], 
 }
 
 
-def _read_side(
-    planned: PlannedItem, role: Role, reader: BatchReader, config: ValidationConfig
-) -> Side:
+def _read_side(planned: PlannedItem, role: Role, reader: BatchReader, config: ValidationConfig) -> Side:
     check, code = _CHECKS[role]
     key, partner = (planned.image, planned.label)[:: 1 if role is Role.IMAGE else -1]
     if key is None:
         expected = (
-            f"{IMAGES_DIR}/{planned.item}.<jpg|jpeg|png>"
-            if role is Role.IMAGE
-            else f"{LABELS_DIR}/{planned.item}.png"
+            f"{IMAGES_DIR}/{planned.item}.<jpg|jpeg|png>" if role is Role.IMAGE else f"{LABELS_DIR}/{planned.item}.png"
         )
         return missing(code, f"{partner} has no partner: expected {expected}")
     try:

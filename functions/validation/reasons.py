@@ -54,9 +54,7 @@ DESCRIPTIONS: dict[ReasonCode, str] = {
         "the name is unsafe as a path or S3 key (.., absolute, control or invisible characters, "
         "backslash, not UTF-8, key over 1024 bytes)"
     ),
-    ReasonCode.UNSUPPORTED_EXTENSION: (
-        "the extension is not accepted (images: .jpg .jpeg .png; labels: .png)"
-    ),
+    ReasonCode.UNSUPPORTED_EXTENSION: ("the extension is not accepted (images: .jpg .jpeg .png; labels: .png)"),
     ReasonCode.UNEXPECTED_FILE: "the file is outside images/ and labels/",
     ReasonCode.AMBIGUOUS_STEM: "two images or two labels share one stem",
     ReasonCode.MISSING_IMAGE: "a label has no image with its stem (yet)",
@@ -72,18 +70,14 @@ DESCRIPTIONS: dict[ReasonCode, str] = {
     ),
     ReasonCode.IMAGE_TOO_LARGE: "width or height above the configured bounds",
     ReasonCode.IMAGE_TOO_SMALL: "width or height below the configured bounds",
-    ReasonCode.IMAGE_MODE_UNSUPPORTED: (
-        "the image is not RGB or grayscale (e.g. CMYK, RGBA, 16-bit)"
-    ),
+    ReasonCode.IMAGE_MODE_UNSUPPORTED: ("the image is not RGB or grayscale (e.g. CMYK, RGBA, 16-bit)"),
     ReasonCode.IMAGE_ANIMATED: "the file holds several frames (animated PNG, multi-picture)",
     ReasonCode.IMAGE_TRUNCATED: "the file ends before its pixel data does",
     ReasonCode.IMAGE_UNDECODABLE: "the file is corrupt: the decoder failed",
     ReasonCode.MASK_NOT_SINGLE_CHANNEL: "the mask has color or alpha channels instead of class ids",
     ReasonCode.MASK_NOT_8BIT: "the mask is not 8 bits per pixel (1-, 2-, 4- or 16-bit gray)",
     ReasonCode.MASK_SIZE_MISMATCH: "the mask's width and height differ from its image's",
-    ReasonCode.MASK_UNKNOWN_CLASS: (
-        "the mask holds values that are no class id nor the ignore value"
-    ),
+    ReasonCode.MASK_UNKNOWN_CLASS: ("the mask holds values that are no class id nor the ignore value"),
     ReasonCode.MASK_UNKNOWN_COLOR: "a Ground Truth mask holds colors missing from its color map",
     ReasonCode.MASK_ALL_IGNORE: "every pixel of the mask is the ignore value",
     ReasonCode.DUPLICATE_IMAGE: "the image's bytes are identical to an earlier image's",

@@ -39,9 +39,7 @@ class S3Location(NamedTuple):
         key = uri[len(f"s3://{parts.netloc}/") :]
         well_formed = parts.scheme == "s3" and _BUCKET.fullmatch(parts.netloc) is not None
         if not well_formed or not key or parts.query or parts.fragment:
-            raise RejectedError(
-                ReasonCode.SOURCE_NOT_ALLOWED, f"{uri!r} is not an s3://bucket/key location"
-            )
+            raise RejectedError(ReasonCode.SOURCE_NOT_ALLOWED, f"{uri!r} is not an s3://bucket/key location")
         return cls(parts.netloc, key)
 
 

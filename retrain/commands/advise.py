@@ -53,16 +53,12 @@ def command(
         float,
         typer.Option(help="Scaling efficiency per doubling of GPUs, within (0.5, 1]; e.g. 0.9."),
     ],
-    target_epoch_minutes: Annotated[
-        float, typer.Option(min=0.001, help="The epoch time to reach, in minutes.")
-    ],
+    target_epoch_minutes: Annotated[float, typer.Option(min=0.001, help="The epoch time to reach, in minutes.")],
     throughput: Annotated[
         float | None,
         typer.Option(help="Measured images/s of the whole job (all its GPUs together)."),
     ] = None,
-    dataset_size: Annotated[
-        int | None, typer.Option(min=1, help="Training images per epoch.")
-    ] = None,
+    dataset_size: Annotated[int | None, typer.Option(min=1, help="Training images per epoch.")] = None,
     measured_gpus: Annotated[
         int | None,
         typer.Option(min=1, help="GPUs the throughput was measured on (default: one instance)."),
@@ -80,9 +76,7 @@ def command(
             help="A run's metrics.json: throughput, GPUs, stall and dataset size from it.",
         ),
     ] = None,
-    instance_type: Annotated[
-        str, typer.Option(help=f"One of: {', '.join(INSTANCE_TYPES)}.")
-    ] = DEFAULT_INSTANCE_TYPE,
+    instance_type: Annotated[str, typer.Option(help=f"One of: {', '.join(INSTANCE_TYPES)}.")] = DEFAULT_INSTANCE_TYPE,
     gpus_per_instance: Annotated[
         int | None, typer.Option(min=1, help="GPUs per instance (default: the type's).")
     ] = None,
@@ -136,9 +130,7 @@ def command(
     )
     try:
         as_measured = advice_for()
-        fixed = (
-            advice_for(speedup=measurement.loader_speedup) if measurement.stall_fraction else None
-        )
+        fixed = advice_for(speedup=measurement.loader_speedup) if measurement.stall_fraction else None
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
 
@@ -148,19 +140,20 @@ def command(
         f"({epoch_minutes_measured(measurement, dataset_size):.1f} min per epoch of "
         f"{dataset_size} images), stall fraction {measurement.stall_fraction:.2f}"
     )
-    echo(
-        f"model: images/s on n GPUs = n x {as_measured.per_gpu_images_per_sec:.2f} x "
-        f"{efficiency:g}^log2(n)"
-    )
+    echo(f"model: images/s on n GPUs = n x {as_measured.per_gpu_images_per_sec:.2f} x {efficiency:g}^log2(n)")
     echo(f"instance: {instance_type}, {gpus} GPUs, ${price:.3f} per hour ({price_note})")
     echo("\nas measured, by instance count:")
     echo(f"{'instances':>9} {'GPUs':>5} {'images/s':>9} {'min/epoch':>9} {'$/epoch':>9}")
     counts = sorted({1, 2, 4, 8, 16, 32, 64} | _chosen(as_measured) | _chosen(fixed))
     for count in counts:
         plan = plan_for(
-            count, per_gpu=as_measured.per_gpu_images_per_sec, efficiency=efficiency,
-            dataset_size=dataset_size, gpus_per_instance=gpus, price_per_hour=price,
-        )  # fmt: skip
+            count,
+            per_gpu=as_measured.per_gpu_images_per_sec,
+            efficiency=efficiency,
+            dataset_size=dataset_size,
+            gpus_per_instance=gpus,
+            price_per_hour=price,
+        )
         echo(
             f"{plan.instances:>9} {plan.gpus:>5} {plan.images_per_sec:>9.1f} "
             f"{plan.epoch_minutes:>9.2f} {plan.cost_per_epoch:>9.2f}"

@@ -53,12 +53,8 @@ def command(
     region: Annotated[str | None, typer.Option(help="AWS region (default: $AWS_REGION).")] = None,
     instance_type: Annotated[str | None, typer.Option(help="e.g. ml.p4d.24xlarge")] = None,
     instance_count: Annotated[int | None, typer.Option(help="Instances (hosts).")] = None,
-    distribution: Annotated[
-        Distribution | None, typer.Option(help="torch (torchrun) or smddp.")
-    ] = None,
-    profiling: Annotated[
-        Profiling | None, typer.Option(help="builtin (the trainer's) or debugger.")
-    ] = None,
+    distribution: Annotated[Distribution | None, typer.Option(help="torch (torchrun) or smddp.")] = None,
+    profiling: Annotated[Profiling | None, typer.Option(help="builtin (the trainer's) or debugger.")] = None,
     dataset_version: Annotated[
         str, typer.Option(help="The dataset version the job trains on.")
     ] = EXAMPLE_DATASET_VERSION,

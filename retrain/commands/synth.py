@@ -32,9 +32,7 @@ def command(
     val_fraction: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Share of scenes in the validation split.")
     ] = 0.2,
-    version: Annotated[
-        str | None, typer.Option(help="Dataset version (manifest name); derived if omitted.")
-    ] = None,
+    version: Annotated[str | None, typer.Option(help="Dataset version (manifest name); derived if omitted.")] = None,
 ) -> None:
     """Draw procedural street scenes (Cityscapes train ids) and a manifest, as the trainer reads.
 

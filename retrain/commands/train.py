@@ -41,9 +41,7 @@ def resolve_manifest(data: Path, manifest: str | None) -> tuple[Path, Path]:
     if manifest:
         path = Path(manifest)
         return data.resolve(), (path if path.is_absolute() else data / path).resolve()
-    candidates = sorted(
-        (data / "manifests").glob("*.jsonl"), key=lambda p: (p.stat().st_mtime, p.name)
-    )
+    candidates = sorted((data / "manifests").glob("*.jsonl"), key=lambda p: (p.stat().st_mtime, p.name))
     if not candidates:
         raise typer.BadParameter(f"{data} has no manifests/*.jsonl; run `retrain synth` first?")
     return data.resolve(), candidates[-1].resolve()
@@ -68,16 +66,26 @@ def trainer_command(
 ) -> list[str]:
     """The torchrun command line, as SageMaker's `torch_distributed` launcher would build it."""
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc-per-node", str(nproc),
-        "-m", "trainer.train",
-        "--data-dir", str(data_dir),
-        "--manifest", str(manifest.relative_to(data_dir)),
-        "--model-dir", str(out / "model"),
-        "--output-data-dir", str(out / "output"),
-        "--checkpoint-dir", str(out / "checkpoints"),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "trainer.train",
+        "--data-dir",
+        str(data_dir),
+        "--manifest",
+        str(manifest.relative_to(data_dir)),
+        "--model-dir",
+        str(out / "model"),
+        "--output-data-dir",
+        str(out / "output"),
+        "--checkpoint-dir",
+        str(out / "checkpoints"),
         *trainer_args,
-    ]  # fmt: skip
+    ]
 
 
 def trainer_environment(out: Path, data_dir: Path) -> dict[str, str]:
@@ -98,22 +106,14 @@ def trainer_environment(out: Path, data_dir: Path) -> dict[str, str]:
 
 def command(
     ctx: typer.Context,
-    data: Annotated[
-        Path, typer.Argument(help="A folder with manifests/ (newest used) or a manifest.")
-    ],
+    data: Annotated[Path, typer.Argument(help="A folder with manifests/ (newest used) or a manifest.")],
     *,
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the training split.")] = 24,
     nproc: Annotated[int, typer.Option(min=1, help="Processes (gloo ranks), one per core.")] = 2,
-    out: Annotated[
-        Path, typer.Option(help="Where the model, metrics, checkpoints and logs go.")
-    ] = Path("runs/train"),
+    out: Annotated[Path, typer.Option(help="Where the model, metrics, checkpoints and logs go.")] = Path("runs/train"),
     width: Annotated[float, typer.Option(min=0.05, help="BiSeNetV2 width multiplier.")] = 0.25,
-    manifest: Annotated[
-        str | None, typer.Option(help="Manifest relative to DATA (default: the newest).")
-    ] = None,
-    crop: Annotated[
-        str | None, typer.Option(help="Training crop WIDTHxHEIGHT (default: the image size).")
-    ] = None,
+    manifest: Annotated[str | None, typer.Option(help="Manifest relative to DATA (default: the newest).")] = None,
+    crop: Annotated[str | None, typer.Option(help="Training crop WIDTHxHEIGHT (default: the image size).")] = None,
     batch_size: Annotated[int, typer.Option(min=2, help="Images per process per step.")] = 4,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Seed of the run.")] = 0,
@@ -137,29 +137,39 @@ def command(
     for folder in ("model", "output", "checkpoints", "logs"):
         (out / folder).mkdir(parents=True, exist_ok=True)
     trainer_args = [
-        "--epochs", str(epochs), "--width", str(width),
-        "--crop", crop or image_size(data_dir, manifest_path),
-        "--batch-size", str(batch_size), "--lr", str(lr), "--seed", str(seed),
+        "--epochs",
+        str(epochs),
+        "--width",
+        str(width),
+        "--crop",
+        crop or image_size(data_dir, manifest_path),
+        "--batch-size",
+        str(batch_size),
+        "--lr",
+        str(lr),
+        "--seed",
+        str(seed),
         # Offline-run settings: no loader workers (they would take cores from compute), gentler
         # scale jitter for small images, a progress line every few steps.
-        "--workers", "0", "--scale-min", "0.75", "--scale-max", "1.5", "--log-every", "10",
+        "--workers",
+        "0",
+        "--scale-min",
+        "0.75",
+        "--scale-max",
+        "1.5",
+        "--log-every",
+        "10",
         *ctx.args,
-    ]  # fmt: skip
-    argv = trainer_command(
-        nproc=nproc, data_dir=data_dir, manifest=manifest_path, out=out, trainer_args=trainer_args
-    )
+    ]
+    argv = trainer_command(nproc=nproc, data_dir=data_dir, manifest=manifest_path, out=out, trainer_args=trainer_args)
     console.print(f"[bold]training[/] on {manifest_path.name} with {nproc} processes -> {out}")
     console.print(" ".join(argv[1:]), style="dim", soft_wrap=True)
 
     started = time.perf_counter()
-    returncode = _stream(
-        argv, trainer_environment(out, data_dir), out / "logs" / "train.log", epochs
-    )
+    returncode = _stream(argv, trainer_environment(out, data_dir), out / "logs" / "train.log", epochs)
     seconds = time.perf_counter() - started
     if returncode != 0:
-        console.print(
-            f"[red]training failed[/] (exit {returncode}); log: {out / 'logs' / 'train.log'}"
-        )
+        console.print(f"[red]training failed[/] (exit {returncode}); log: {out / 'logs' / 'train.log'}")
         raise typer.Exit(returncode)
     _summary(console, out, seconds)
 
@@ -197,17 +207,13 @@ def _stream(argv: list[str], env: dict[str, str], log_path: Path, epochs: int) -
                 if " epoch=" in text:
                     progress.advance(task)
             elif text:
-                progress.console.print(
-                    text, style="dim", highlight=False, markup=False, soft_wrap=True
-                )
+                progress.console.print(text, style="dim", highlight=False, markup=False, soft_wrap=True)
         return process.wait()
 
 
 def _summary(console: Console, out: Path, seconds: float) -> None:
     metrics = MetricsFile.model_validate_json((out / "output" / "metrics.json").read_text())
-    table = Table(
-        title=f"mIoU {metrics.miou:.4f} after {len(metrics.epochs)} epochs, {seconds:.0f} s"
-    )
+    table = Table(title=f"mIoU {metrics.miou:.4f} after {len(metrics.epochs)} epochs, {seconds:.0f} s")
     table.add_column("class")
     table.add_column("IoU", justify="right")
     for name, iou in metrics.per_class_iou.items():

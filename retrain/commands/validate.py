@@ -62,22 +62,16 @@ class Run(NamedTuple):
 def validate(
     directory: Annotated[
         Path,
-        typer.Argument(
-            exists=True, help="A batch folder (images/, labels/), or Ground Truth manifest(s)."
-        ),
+        typer.Argument(exists=True, help="A batch folder (images/, labels/), or Ground Truth manifest(s)."),
     ],
     *,
     input_format: Annotated[
         InputFormat, typer.Option("--format", help="How DIR is laid out.")
     ] = InputFormat.CITYSCAPES,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object per item on stdout, no table.")
-    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per item on stdout, no table.")] = False,
     config_file: Annotated[
         Path | None,
-        typer.Option(
-            "--config", exists=True, dir_okay=False, help="ValidationConfig as a JSON file."
-        ),
+        typer.Option("--config", exists=True, dir_okay=False, help="ValidationConfig as a JSON file."),
     ] = None,
     allow_source: Annotated[
         list[str] | None,
@@ -85,9 +79,7 @@ def validate(
     ] = None,
     source_root: Annotated[
         Path | None,
-        typer.Option(
-            exists=True, file_okay=False, help="groundtruth: the mirror holding <bucket>/<key>."
-        ),
+        typer.Option(exists=True, file_okay=False, help="groundtruth: the mirror holding <bucket>/<key>."),
     ] = None,
 ) -> None:
     """Check every image/label pair and name every defect. Exit 0 all valid, 1 not, 2 usage."""
@@ -111,9 +103,7 @@ def load_config(config_file: Path | None, allow_source: list[str]) -> Validation
         config = ValidationConfig.model_validate_json(raw)
         if allow_source:
             allowed = (*config.allowed_sources, *allow_source)
-            config = ValidationConfig.model_validate(
-                {**config.model_dump(), "allowed_sources": allowed}
-            )
+            config = ValidationConfig.model_validate({**config.model_dump(), "allowed_sources": allowed})
     except (OSError, ValidationError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--config / --allow-source") from exc
     return config
@@ -137,21 +127,16 @@ def cityscapes_run(directory: Path, config: ValidationConfig) -> Run:
 
 
 def groundtruth_run(directory: Path, source_root: Path | None, config: ValidationConfig) -> Run:
-    manifests = (
-        [directory] if directory.is_file() else sorted(directory.glob(f"*{MANIFEST_SUFFIX}"))
-    )
+    manifests = [directory] if directory.is_file() else sorted(directory.glob(f"*{MANIFEST_SUFFIX}"))
     if not manifests:
-        raise typer.BadParameter(
-            f"no *{MANIFEST_SUFFIX} file at the top of {directory}", param_hint="DIR"
-        )
+        raise typer.BadParameter(f"no *{MANIFEST_SUFFIX} file at the top of {directory}", param_hint="DIR")
     reader = LocalMirrorReader(source_root or manifests[0].parent)
     index = InMemoryContentIndex()
     # surrogateescape: a line that is not UTF-8 becomes an `unsafe_name`, not a crash.
     texts = {path: path.read_text("utf-8", "surrogateescape").splitlines() for path in manifests}
     total = sum(1 for lines in texts.values() for line in lines if line.strip())
     results = itertools.chain.from_iterable(
-        validate_manifest(lines, path.name, reader, config=config, index=index)
-        for path, lines in texts.items()
+        validate_manifest(lines, path.name, reader, config=config, index=index) for path, lines in texts.items()
     )
     return Run(total, results)
 

@@ -64,15 +64,11 @@ def test_training_starts_from_the_accepted_model_in_the_model_channel(
     assert init_from(parser.parse_args([])) is None, "no model.pt in the channel: from scratch"
 
     model = BiSeNetV2(19, width=0.25)
-    document = checkpoint.model_document(
-        model.state_dict(), width=0.25, classes=list(CITYSCAPES_CLASSES)
-    )
+    document = checkpoint.model_document(model.state_dict(), width=0.25, classes=list(CITYSCAPES_CLASSES))
     checkpoint.save_atomically(document, tmp_path / "model.pt")
     assert init_from(parser.parse_args([])) == str(tmp_path / "model.pt")
     assert init_from(parser.parse_args(["--from-scratch", "true"])) is None
-    assert init_from(parser.parse_args(["--init-from", "/elsewhere/model.pt"])) == (
-        "/elsewhere/model.pt"
-    )
+    assert init_from(parser.parse_args(["--init-from", "/elsewhere/model.pt"])) == ("/elsewhere/model.pt")
     loaded = checkpoint.load_model_document(tmp_path / "model.pt")
     assert not any(key.startswith("aux_heads.") for key in loaded["state_dict"]), (
         "the model file must not carry the training-only booster heads"

@@ -41,9 +41,7 @@ def _manifest(root: Path) -> Path:
 def test_the_trainer_reads_the_same_pairs_the_functions_wrote(scenes: Path) -> None:
     entries = read_manifest(_manifest(scenes))
     modelled = parse_manifest(_manifest(scenes).read_text())
-    assert [(e.image, e.label, e.split) for e in entries] == [
-        (m.image, m.label, m.split) for m in modelled
-    ]
+    assert [(e.image, e.label, e.split) for e in entries] == [(m.image, m.label, m.split) for m in modelled]
     assert all(e.class_pixels for e in entries), "class_pixels must reach the trainer"
 
 
@@ -107,9 +105,7 @@ def test_resuming_the_sampler_yields_exactly_what_the_interrupted_epoch_had_left
     assert list(sampler) == full[4:], "skip(4) must resume at the fifth sample of the epoch"
     assert len(list(sampler)) == len(full), "skipping applies to one pass only"
 
-    reference: DistributedSampler[int] = DistributedSampler(
-        dataset, num_replicas=2, rank=1, shuffle=True, seed=5
-    )
+    reference: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=5)
     reference.set_epoch(3)
     assert [index for index, _ in full] == list(reference), "order must be DistributedSampler's"
     sampler.set_epoch(4)

@@ -34,10 +34,27 @@ OFFLINE_COUNT, OFFLINE_SIZE, OFFLINE_SEED = 320, (128, 64), 0
 # A deliberately tiny run for the resume test: 4 steps per epoch, 3 epochs.
 TINY_COUNT, TINY_SIZE, TINY_SEED = 48, (64, 32), 1
 TINY_RUN = [
-    "--width", "0.25", "--crop", "64x32", "--batch-size", "4", "--epochs", "3", "--lr", "0.1",
-    "--workers", "0", "--log-every", "0", "--checkpoint-every-seconds", "0",
-    "--checkpoint-every-steps", "3", "--keep-checkpoints", "10",
-]  # fmt: skip
+    "--width",
+    "0.25",
+    "--crop",
+    "64x32",
+    "--batch-size",
+    "4",
+    "--epochs",
+    "3",
+    "--lr",
+    "0.1",
+    "--workers",
+    "0",
+    "--log-every",
+    "0",
+    "--checkpoint-every-seconds",
+    "0",
+    "--checkpoint-every-steps",
+    "3",
+    "--keep-checkpoints",
+    "10",
+]
 
 
 def _env() -> dict[str, str]:
@@ -50,14 +67,27 @@ def _env() -> dict[str, str]:
 
 def _torchrun(data: Path, manifest: str, out: Path, extra: list[str]) -> subprocess.Popen[str]:
     argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "trainer.train", "--data-dir", str(data), "--manifest", manifest,
-        "--model-dir", str(out / "model"), "--output-data-dir", str(out / "output"),
-        "--checkpoint-dir", str(out / "checkpoints"), *extra,
-    ]  # fmt: skip
-    return subprocess.Popen(
-        argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "trainer.train",
+        "--data-dir",
+        str(data),
+        "--manifest",
+        manifest,
+        "--model-dir",
+        str(out / "model"),
+        "--output-data-dir",
+        str(out / "output"),
+        "--checkpoint-dir",
+        str(out / "checkpoints"),
+        *extra,
+    ]
+    return subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _finish(process: subprocess.Popen[str], timeout: float = 180) -> tuple[int, str]:
@@ -143,18 +173,14 @@ def tiny_scenes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return scenes, f"manifests/{version}.jsonl"
 
 
-def test_a_run_killed_mid_epoch_resumes_to_the_same_weights(
-    tiny_scenes: tuple[Path, str], tmp_path: Path
-) -> None:
+def test_a_run_killed_mid_epoch_resumes_to_the_same_weights(tiny_scenes: tuple[Path, str], tmp_path: Path) -> None:
     scenes, manifest = tiny_scenes
     code, log = _finish(_torchrun(scenes, manifest, tmp_path / "whole", TINY_RUN))
     assert code == 0, f"the uninterrupted run failed:\n{log[-3000:]}"
 
     # Killed (SIGKILL, no cleanup) after step 7; the last checkpoint is from step 6, mid-epoch 2.
     interrupted = tmp_path / "interrupted"
-    code, log = _finish(
-        _torchrun(scenes, manifest, interrupted, [*TINY_RUN, "--stop-after-steps", "7"])
-    )
+    code, log = _finish(_torchrun(scenes, manifest, interrupted, [*TINY_RUN, "--stop-after-steps", "7"]))
     assert code != 0, "the interrupted run should have died"
     assert not (interrupted / "model" / "model.pt").exists(), "it died before saving a model"
     newest = checkpoint.newest(interrupted / "checkpoints")
@@ -209,11 +235,29 @@ def test_training_from_the_accepted_model_also_scores_it_on_the_same_split(
         }
     )
     hyperparameters = [
-        "--manifest", manifest, "--checkpoint-dir", str(tmp_path / "checkpoints"),
-        "--baseline-model", str(accepted), "--width", "0.25", "--crop", "64x32",
-        "--epochs", "1", "--batch-size", "4", "--lr", "0", "--log-every", "0",
-        "--checkpoint-every-seconds", "0", "--amp", "false",
-    ]  # fmt: skip
+        "--manifest",
+        manifest,
+        "--checkpoint-dir",
+        str(tmp_path / "checkpoints"),
+        "--baseline-model",
+        str(accepted),
+        "--width",
+        "0.25",
+        "--crop",
+        "64x32",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--lr",
+        "0",
+        "--log-every",
+        "0",
+        "--checkpoint-every-seconds",
+        "0",
+        "--amp",
+        "false",
+    ]
     result = subprocess.run(  # noqa: PLW1510 (the return code is asserted below)
         [sys.executable, str(code_dir / "train.py"), *hyperparameters],
         cwd=tmp_path,
@@ -222,16 +266,12 @@ def test_training_from_the_accepted_model_also_scores_it_on_the_same_split(
         text=True,
         timeout=120,
     )
-    assert result.returncode == 0, (
-        f"script-mode run failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
-    )
+    assert result.returncode == 0, f"script-mode run failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
 
     metrics = _metrics(tmp_path / "output" / "metrics.json")
     assert metrics.init_from == str(accepted), "the model channel's model.pt was not the start"
     assert metrics.baseline is not None and metrics.baseline.model == str(accepted)
-    assert scrape_metrics(result.stdout)["validation:baseline_miou"] == [
-        pytest.approx(metrics.baseline.miou, abs=1e-4)
-    ]
+    assert scrape_metrics(result.stdout)["validation:baseline_miou"] == [pytest.approx(metrics.baseline.miou, abs=1e-4)]
     # With a learning rate of 0 the weights cannot move: the run really started from them.
     trained = checkpoint.load_model_document(tmp_path / "model" / "model.pt")["state_dict"]
     assert torch.equal(trained["head.2.weight"], model.state_dict()["head.2.weight"])

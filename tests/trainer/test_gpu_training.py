@@ -28,21 +28,47 @@ def test_a_gpu_run_uses_nccl_mixed_precision_and_loader_workers(tmp_path: Path) 
     nproc = min(2, torch.cuda.device_count())
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc-per-node", str(nproc), "-m", "trainer.train",
-        "--data-dir", str(tmp_path / "scenes"), "--dataset-version", version,
-        "--model-dir", str(tmp_path / "model"), "--output-data-dir", str(tmp_path / "output"),
-        "--checkpoint-dir", str(tmp_path / "checkpoints"), "--width", "0.25",
-        "--crop", "128x64", "--epochs", "2", "--batch-size", "4", "--workers", "2",
-        "--amp", "true", "--channels-last", "true", "--sync-bn", "true",
-        "--checkpoint-every-steps", "2",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "trainer.train",
+        "--data-dir",
+        str(tmp_path / "scenes"),
+        "--dataset-version",
+        version,
+        "--model-dir",
+        str(tmp_path / "model"),
+        "--output-data-dir",
+        str(tmp_path / "output"),
+        "--checkpoint-dir",
+        str(tmp_path / "checkpoints"),
+        "--width",
+        "0.25",
+        "--crop",
+        "128x64",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "4",
+        "--workers",
+        "2",
+        "--amp",
+        "true",
+        "--channels-last",
+        "true",
+        "--sync-bn",
+        "true",
+        "--checkpoint-every-steps",
+        "2",
+    ]
     result = subprocess.run(  # noqa: PLW1510 (the return code is asserted below)
         argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
-    assert result.returncode == 0, (
-        f"GPU run failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
-    )
+    assert result.returncode == 0, f"GPU run failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
     metrics = MetricsFile.model_validate_json((tmp_path / "output" / "metrics.json").read_text())
     assert metrics.host.device == "cuda" and metrics.host.backend == "nccl"
     assert len(metrics.epochs) == 2 and metrics.complete

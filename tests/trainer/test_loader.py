@@ -87,9 +87,7 @@ def _resize_then_crop(
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_cutting_the_window_alone_matches_scaling_the_whole_image_then_cropping(
-    tmp_path: Path, seed: int
-) -> None:
+def test_cutting_the_window_alone_matches_scaling_the_whole_image_then_cropping(tmp_path: Path, seed: int) -> None:
     root, entries = _blocks(tmp_path, (256, 128), block=8)
     dataset = SegmentationDataset(root, entries, Augment(crop=(96, 48), jitter=0.0))
     image, label = dataset[(0, seed)]
@@ -110,9 +108,7 @@ def test_cutting_the_window_alone_matches_scaling_the_whole_image_then_cropping(
     got = label.numpy()
     padded = np.pad(expected_label, 1, mode="edge")
     neighbours = [
-        padded[1 + dy : 1 + dy + got.shape[0], 1 + dx : 1 + dx + got.shape[1]]
-        for dy in (-1, 0, 1)
-        for dx in (-1, 0, 1)
+        padded[1 + dy : 1 + dy + got.shape[0], 1 + dx : 1 + dx + got.shape[1]] for dy in (-1, 0, 1) for dx in (-1, 0, 1)
     ]
     explained = np.any([got == n for n in neighbours], axis=0)
     assert explained.all(), f"seed {seed}: {int((~explained).sum())} labels are off by more"
@@ -184,9 +180,13 @@ def test_workers_hand_over_the_very_batches_the_training_process_would_make(
         sampler = ResumableDistributedSampler(dataset, num_replicas=1, rank=0, seed=7)
         sampler.set_epoch(2)
         loader = make_loader(
-            dataset, batch_size=4, sampler=sampler, workers=workers, pin_memory=False,
+            dataset,
+            batch_size=4,
+            sampler=sampler,
+            workers=workers,
+            pin_memory=False,
             drop_last=True,
-        )  # fmt: skip
+        )
         return [images for images, _ in loader]
 
     in_process, in_workers = batches(0), batches(2)
@@ -234,9 +234,7 @@ def test_a_decoder_that_is_not_installed_is_refused_by_name(
 def _jpeg(size: tuple[int, int]) -> bytes:
     rng = np.random.default_rng(1)
     buffer = io.BytesIO()
-    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(
-        buffer, "JPEG", quality=90
-    )
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(buffer, "JPEG", quality=90)
     return buffer.getvalue()
 
 

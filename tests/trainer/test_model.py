@@ -25,9 +25,7 @@ def test_a_smaller_width_gives_a_much_smaller_network() -> None:
 
 
 @pytest.mark.parametrize(("height", "width"), [(64, 128), (60, 100), (32, 64)])
-def test_training_returns_main_and_four_booster_logits_at_input_size(
-    height: int, width: int
-) -> None:
+def test_training_returns_main_and_four_booster_logits_at_input_size(height: int, width: int) -> None:
     model = BiSeNetV2(num_classes=19, width=0.25).train()
     outputs = model(torch.randn(2, 3, height, width))
     assert len(outputs) == 5, f"{len(outputs)} outputs in training; expected main + 4 boosters"

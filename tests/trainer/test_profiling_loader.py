@@ -48,9 +48,13 @@ class Keys(Sampler[SampleKey]):
 
 def _run(dataset: SegmentationDataset, workers: int, step: float, profile: Path) -> ProfileData:
     loader = make_loader(
-        dataset, batch_size=BATCH, sampler=Keys(len(dataset), (STEPS + 2) * BATCH),
-        workers=workers, pin_memory=False, drop_last=True,
-    )  # fmt: skip
+        dataset,
+        batch_size=BATCH,
+        sampler=Keys(len(dataset), (STEPS + 2) * BATCH),
+        workers=workers,
+        pin_memory=False,
+        drop_last=True,
+    )
     timeline = StepTimeline(profile, 0, "local")
     batches: Iterator[Any] = iter(loader)
     next(batches)  # workers started before the clock runs, as in a steady-state epoch
@@ -59,8 +63,7 @@ def _run(dataset: SegmentationDataset, workers: int, step: float, profile: Path)
         next(batches)
         wait = time.perf_counter() - started
         time.sleep(step)  # the emulated accelerator step
-        timeline.record(step=number, epoch=0, start=clock, data_wait=wait, compute=step,
-                        communication=0.0, loss=1.0)  # fmt: skip
+        timeline.record(step=number, epoch=0, start=clock, data_wait=wait, compute=step, communication=0.0, loss=1.0)
     timeline.close()
     return ProfileData(steps=read_steps(profile), loader={"workers": workers})
 

@@ -60,9 +60,7 @@ def test_sampling_every_100_ms_costs_under_5_percent_of_a_core(tmp_path: Path) -
 def test_data_loader_workers_are_the_training_processes_children(tmp_path: Path) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
-        sampler = SystemMonitor(
-            tmp_path, node="algo-1", interval_ms=500, pids=[os.getpid()], gpus=False
-        )
+        sampler = SystemMonitor(tmp_path, node="algo-1", interval_ms=500, pids=[os.getpid()], gpus=False)
         sampler.start()
         try:
             sampler.sample()
@@ -78,9 +76,7 @@ def test_data_loader_workers_are_the_training_processes_children(tmp_path: Path)
     assert training == [1], "this process is the one training process here"
 
 
-def test_without_psutil_cpu_and_memory_come_from_proc(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_without_psutil_cpu_and_memory_come_from_proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not Path("/proc/stat").exists():
         pytest.skip("no /proc here")
     monkeypatch.setattr(monitor, "psutil", None)
@@ -106,14 +102,9 @@ def test_nvidia_smi_csv_becomes_utilization_and_memory_share() -> None:
 def test_each_rank_appends_one_line_per_step(tmp_path: Path) -> None:
     for rank in (0, 1):
         timeline = StepTimeline(tmp_path, rank, "algo-1")
-        timeline.record(
-            step=1, epoch=0, start=10.0, data_wait=0.1, compute=0.3, communication=0.1, loss=2.5
-        )
-        timeline.record(step=2, epoch=0, start=10.5, data_wait=0.0, compute=0.4, communication=0.0,
-                        loss=float("nan"))  # fmt: skip
-        timeline.record(
-            step=2, epoch=0, start=11.0, data_wait=0.0, compute=0.2, communication=0.0, phase="EVAL"
-        )
+        timeline.record(step=1, epoch=0, start=10.0, data_wait=0.1, compute=0.3, communication=0.1, loss=2.5)
+        timeline.record(step=2, epoch=0, start=10.5, data_wait=0.0, compute=0.4, communication=0.0, loss=float("nan"))
+        timeline.record(step=2, epoch=0, start=11.0, data_wait=0.0, compute=0.2, communication=0.0, phase="EVAL")
         timeline.close()
     # A resumed job appends to the same file.
     again = StepTimeline(tmp_path, 0, "algo-1")
@@ -122,17 +113,11 @@ def test_each_rank_appends_one_line_per_step(tmp_path: Path) -> None:
     lines = (tmp_path / "steps" / "rank0.jsonl").read_text().splitlines()
     assert len(lines) == 4, lines
     first = json.loads(lines[0])
-    assert (
-        first["duration"] == pytest.approx(0.5)
-        and first["phase"] == "TRAIN"
-        and first["loss"] == 2.5
-    )
+    assert first["duration"] == pytest.approx(0.5) and first["phase"] == "TRAIN" and first["loss"] == 2.5
     assert json.loads(lines[1])["loss"] is None, "a NaN loss is written as null, valid JSON"
     assert len(read_steps(tmp_path)) == 7
     with pytest.raises(ValueError, match="phase"):
-        again.record(
-            step=4, epoch=1, start=13.0, data_wait=0, compute=0, communication=0, phase="PREDICT"
-        )
+        again.record(step=4, epoch=1, start=13.0, data_wait=0, compute=0, communication=0, phase="PREDICT")
 
 
 class _FakeNvml:
@@ -162,9 +147,7 @@ class _FakeNvml:
         return self._Memory(60 * 2**30 if handle == 0 else 0)
 
 
-def test_gpus_are_read_through_nvml_when_it_is_there(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_gpus_are_read_through_nvml_when_it_is_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml())
     sampler = SystemMonitor(tmp_path, node="algo-1", interval_ms=500)
     assert sampler.gpu_source == "nvml"
@@ -182,9 +165,7 @@ def test_gpus_are_read_through_nvml_when_it_is_there(
     }
 
 
-def test_without_nvml_or_nvidia_smi_there_are_no_gpu_metrics(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_without_nvml_or_nvidia_smi_there_are_no_gpu_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
     monkeypatch.setattr("trainer.profiling.monitor.shutil.which", lambda name: None)
     sampler = SystemMonitor(tmp_path, node="algo-1", interval_ms=500)

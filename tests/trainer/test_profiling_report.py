@@ -26,9 +26,14 @@ def real_profile(profile_dir: Path) -> ProfileData:
             for rank, timeline in enumerate(timelines):
                 wait = 0.05 if rank == 0 else 0.004
                 timeline.record(
-                    step=step, epoch=0, start=started + step * 0.01, data_wait=wait,
-                    compute=0.008, communication=0.001, loss=3.0 - step * 0.05,
-                )  # fmt: skip
+                    step=step,
+                    epoch=0,
+                    start=started + step * 0.01,
+                    data_wait=wait,
+                    compute=0.008,
+                    communication=0.001,
+                    loss=3.0 - step * 0.05,
+                )
         time.sleep(0.35)
         for timeline in timelines:
             timeline.close()
@@ -53,10 +58,17 @@ def test_real_trainer_output_is_a_valid_rules_file(tmp_path: Path) -> None:
 def test_the_report_is_self_contained_and_shows_what_an_engineer_needs(tmp_path: Path) -> None:
     data = starved_run()
     data.system += [
-        {"Type": "cpu", "Name": f"cpu{c}", "Dimension": "CPUUtilization", "Value": 10.0 * c,
-         "NodeId": "algo-1", "Timestamp": 1000.0 + i * 0.5}
-        for i in range(200) for c in range(4)
-    ]  # fmt: skip
+        {
+            "Type": "cpu",
+            "Name": f"cpu{c}",
+            "Dimension": "CPUUtilization",
+            "Value": 10.0 * c,
+            "NodeId": "algo-1",
+            "Timestamp": 1000.0 + i * 0.5,
+        }
+        for i in range(200)
+        for c in range(4)
+    ]
     metrics = {
         "dataset_version": "v7",
         "code_sha256": "ab" * 32,
@@ -66,9 +78,19 @@ def test_the_report_is_self_contained_and_shows_what_an_engineer_needs(tmp_path:
     assert "<script" not in page.lower(), "no scripts: it must open anywhere, offline"
     assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:)?//", page), "nothing loaded remotely"
     assert "<link" not in page.lower()
-    for needed in ("DataStall", "IssuesFound", "waited for data 46 %", "CPU utilization",
-                   "GPU utilization", "table class='heat'", "<svg", "rank 0", "data wait",
-                   "validation mIoU", "v7"):  # fmt: skip
+    for needed in (
+        "DataStall",
+        "IssuesFound",
+        "waited for data 46 %",
+        "CPU utilization",
+        "GPU utilization",
+        "table class='heat'",
+        "<svg",
+        "rank 0",
+        "data wait",
+        "validation mIoU",
+        "v7",
+    ):
         assert needed in page, f"the report lacks {needed!r}"
     # Issues first: the engineer sees what is wrong before what is fine.
     assert page.index("IssuesFound") < page.index("NoIssuesFound")
@@ -107,9 +129,7 @@ class _Balance(HTMLParser):
 def test_the_report_can_be_re_rendered_from_a_runs_output_folder(tmp_path: Path) -> None:
     real_profile(tmp_path / "profile")
     (tmp_path / "metrics.json").write_text(
-        json.dumps(
-            {"dataset_version": "v9", "epochs": [{"epoch": 0, "train_loss": 2.0, "miou": 0.2}]}
-        )
+        json.dumps({"dataset_version": "v9", "epochs": [{"epoch": 0, "train_loss": 2.0, "miou": 0.2}]})
     )
     assert main([str(tmp_path), "--job-name", "again"]) == 0
     assert parse_rules_file((tmp_path / "rules.json").read_text()).job_name == "again"

@@ -7,41 +7,54 @@ from typing import Any
 
 import pytest
 
-from trainer.profiling.rules import DEFAULTS, ProfileData, RuleResult, evaluate
+from trainer.profiling.rules import DEFAULTS, ProfileData, RuleEvaluation, evaluate
 
 NODE = "algo-1"
 
 
-def system(
-    dimension: str, name: str, values: list[float], *, every: float = 0.5
-) -> list[dict[str, Any]]:
+def system(dimension: str, name: str, values: list[float], *, every: float = 0.5) -> list[dict[str, Any]]:
     """One Debugger record per value, `every` seconds apart (the monitor's 500 ms)."""
     return [
-        {"Type": "x", "Name": name, "Dimension": dimension, "Value": value, "NodeId": NODE,
-         "Timestamp": 1000.0 + i * every}
+        {
+            "Type": "x",
+            "Name": name,
+            "Dimension": dimension,
+            "Value": value,
+            "NodeId": NODE,
+            "Timestamp": 1000.0 + i * every,
+        }
         for i, value in enumerate(values)
-    ]  # fmt: skip
+    ]
 
 
 def steps(
     count: int, *, wait: float, compute: float, rank: int = 0, losses: list[float] | None = None
 ) -> list[dict[str, Any]]:
     return [
-        {"rank": rank, "node": NODE, "phase": "TRAIN", "epoch": 0, "step": i + 1,
-         "start": 1000.0 + i * (wait + compute), "duration": wait + compute, "data_wait": wait,
-         "compute": compute, "communication": 0.0,
-         "loss": None if losses is None else losses[i]}
+        {
+            "rank": rank,
+            "node": NODE,
+            "phase": "TRAIN",
+            "epoch": 0,
+            "step": i + 1,
+            "start": 1000.0 + i * (wait + compute),
+            "duration": wait + compute,
+            "data_wait": wait,
+            "compute": compute,
+            "communication": 0.0,
+            "loss": None if losses is None else losses[i],
+        }
         for i in range(count)
-    ]  # fmt: skip
+    ]
 
 
-def one(name: str, data: ProfileData, **overrides: Any) -> RuleResult:
+def one(name: str, data: ProfileData, **overrides: Any) -> RuleEvaluation:
     [result] = evaluate(data, {name: overrides} if overrides else None, [name])
     assert result.status != "Error", f"{name} failed: {result.detail}"
     return result
 
 
-def issues(result: RuleResult) -> bool:
+def issues(result: RuleEvaluation) -> bool:
     return result.status == "IssuesFound"
 
 
@@ -70,9 +83,7 @@ def healthy_run() -> ProfileData:
 def test_a_starved_loader_is_named_by_data_stall_and_low_gpu_utilization() -> None:
     stall = one("DataStall", starved_run())
     assert issues(stall), f"46 % stall must trigger DataStall: {stall}"
-    assert "46 %" in stall.recommendation and "workers" in stall.recommendation, (
-        stall.recommendation
-    )
+    assert "46 %" in stall.recommendation and "workers" in stall.recommendation, stall.recommendation
     assert "0 workers" in stall.recommendation, "the advice names the loader as configured"
     assert stall.evidence["ranks"][0]["median_stall_fraction"] == pytest.approx(0.46)
     low = one("LowGPUUtilization", starved_run())
@@ -105,10 +116,7 @@ def test_data_stall_threshold_can_be_raised_per_rule() -> None:
 
 
 def test_data_stall_names_the_starved_rank_among_healthy_ones() -> None:
-    data = ProfileData(
-        steps=steps(300, wait=0.02, compute=0.98, rank=0)
-        + steps(300, wait=0.6, compute=0.4, rank=1)
-    )
+    data = ProfileData(steps=steps(300, wait=0.02, compute=0.98, rank=0) + steps(300, wait=0.6, compute=0.4, rank=1))
     result = one("DataStall", data)
     assert issues(result)
     assert "rank 1" in result.recommendation, result.recommendation
@@ -139,12 +147,16 @@ def test_a_fluctuating_gpu_is_reported_as_such() -> None:
 
 def test_rules_needing_gpus_say_so_on_a_cpu_host() -> None:
     data = ProfileData(system=system("CPUUtilization", "cpu0", [50.0] * 100))
-    for name in ("LowGPUUtilization", "CPUBottleneck", "IOBottleneck", "BatchSize",
-                 "GPUMemoryIncrease", "LoadBalancing"):  # fmt: skip
+    for name in (
+        "LowGPUUtilization",
+        "CPUBottleneck",
+        "IOBottleneck",
+        "BatchSize",
+        "GPUMemoryIncrease",
+        "LoadBalancing",
+    ):
         result = one(name, data)
-        assert result.status == "NoIssuesFound" and result.detail and "no GPU" in result.detail, (
-            f"{name}: {result}"
-        )
+        assert result.status == "NoIssuesFound" and result.detail and "no GPU" in result.detail, f"{name}: {result}"
 
 
 # --- CPUBottleneck and IOBottleneck -------------------------------------------------------------
@@ -155,17 +167,13 @@ def snapshots(count: int, bottleneck: Any, dimension: str, busy: float) -> list[
     for i in range(count):
         flagged = bottleneck(i)
         records += system("GPUUtilization", "gpu0", [5.0 if flagged else 80.0])
-        records += system(dimension, "cpu0" if dimension == "CPUUtilization" else "cpu",
-                          [busy if flagged else 20.0])  # fmt: skip
+        records += system(dimension, "cpu0" if dimension == "CPUUtilization" else "cpu", [busy if flagged else 20.0])
         for record in records[-2:]:
-            record["Timestamp"] = (
-                1000.0 + i * 0.5 + (0.001 if record["Dimension"] != "GPUUtilization" else 0)
-            )
+            record["Timestamp"] = 1000.0 + i * 0.5 + (0.001 if record["Dimension"] != "GPUUtilization" else 0)
     return records
 
 
-@pytest.mark.parametrize(("share", "expected"), [(lambda i: i % 2 == 1, False),
-                                                 (lambda i: i % 100 < 51, True)])  # fmt: skip
+@pytest.mark.parametrize(("share", "expected"), [(lambda i: i % 2 == 1, False), (lambda i: i % 100 < 51, True)])
 def test_cpu_bottleneck_needs_more_than_half_the_snapshots(share: Any, expected: bool) -> None:
     data = ProfileData(system=snapshots(1100, share, "CPUUtilization", 95.0))
     result = one("CPUBottleneck", data)
@@ -187,9 +195,7 @@ def test_io_wait_with_an_idle_gpu_is_an_io_bottleneck() -> None:
 
 
 @pytest.mark.parametrize(("memory", "expected"), [(40.0, True), (80.0, False)])
-def test_batch_size_fires_when_cpu_gpu_and_memory_are_all_low(
-    memory: float, expected: bool
-) -> None:
+def test_batch_size_fires_when_cpu_gpu_and_memory_are_all_low(memory: float, expected: bool) -> None:
     records = []
     for i in range(1100):
         for dimension, name, value in (
@@ -203,13 +209,9 @@ def test_batch_size_fires_when_cpu_gpu_and_memory_are_all_low(
 
 
 @pytest.mark.parametrize(("jump", "expected"), [(50.0, False), (60.0, True)])
-def test_gpu_memory_increase_fires_when_the_moving_average_rises_more_than_5(
-    jump: float, expected: bool
-) -> None:
+def test_gpu_memory_increase_fires_when_the_moving_average_rises_more_than_5(jump: float, expected: bool) -> None:
     values = [30.0] * 1050 + [30.0 + jump] * 50
-    result = one(
-        "GPUMemoryIncrease", ProfileData(system=system("GPUMemoryUtilization", "gpu0", values))
-    )
+    result = one("GPUMemoryIncrease", ProfileData(system=system("GPUMemoryUtilization", "gpu0", values)))
     assert issues(result) is expected, result.evidence
 
 
@@ -222,19 +224,13 @@ def test_gpu_memory_increase_compares_windows_of_equal_size_not_debuggers_9_valu
 
 
 def test_load_balancing_counts_saturated_gpus_and_flags_uneven_ones() -> None:
-    both_full = system("GPUUtilization", "gpu0", [100.0] * 1100) + system(
-        "GPUUtilization", "gpu1", [100.0] * 1100
-    )
+    both_full = system("GPUUtilization", "gpu0", [100.0] * 1100) + system("GPUUtilization", "gpu1", [100.0] * 1100)
     result = one("LoadBalancing", ProfileData(system=both_full))
     assert not issues(result), "two GPUs at 100 % are balanced (Debugger's bins would drop 100)"
-    uneven = system("GPUUtilization", "gpu0", [95.0] * 1100) + system(
-        "GPUUtilization", "gpu1", [20.0] * 1100
-    )
+    uneven = system("GPUUtilization", "gpu0", [95.0] * 1100) + system("GPUUtilization", "gpu1", [20.0] * 1100)
     result = one("LoadBalancing", ProfileData(system=uneven))
     assert issues(result), result.evidence
-    assert result.evidence["pairs"][0]["distance"] == pytest.approx(
-        math.sqrt(math.log(2)), abs=1e-6
-    )
+    assert result.evidence["pairs"][0]["distance"] == pytest.approx(math.sqrt(math.log(2)), abs=1e-6)
     assert not issues(one("LoadBalancing", ProfileData(system=uneven), threshold=0.9))
 
 
@@ -251,9 +247,7 @@ def test_step_outlier_needs_more_than_10_slow_steps(outliers: int, expected: boo
 
 
 @pytest.mark.parametrize(("minutes", "expected"), [(19.0, False), (21.0, True)])
-def test_max_initialization_time_is_20_minutes_to_the_first_step(
-    minutes: float, expected: bool
-) -> None:
+def test_max_initialization_time_is_20_minutes_to_the_first_step(minutes: float, expected: bool) -> None:
     run = steps(10, wait=0.0, compute=0.1)
     for step in run:
         step["start"] = 1000.0 + minutes * 60 + step["step"]
@@ -300,19 +294,13 @@ def test_overall_system_usage_summarises_and_never_triggers() -> None:
 
 def test_a_falling_loss_is_fine() -> None:
     losses = [5.0 * 0.99**i for i in range(200)]
-    assert not issues(
-        one("LossNotDecreasing", ProfileData(steps=steps(200, wait=0, compute=0.1, losses=losses)))
-    )
+    assert not issues(one("LossNotDecreasing", ProfileData(steps=steps(200, wait=0, compute=0.1, losses=losses))))
 
 
 @pytest.mark.parametrize(("rise", "expected"), [(1.03, False), (1.10, True)])
-def test_loss_rising_more_than_5_percent_above_its_lowest_fires(
-    rise: float, expected: bool
-) -> None:
+def test_loss_rising_more_than_5_percent_above_its_lowest_fires(rise: float, expected: bool) -> None:
     losses = [2.0] * 100 + [2.0 * rise] * 100
-    result = one(
-        "LossNotDecreasing", ProfileData(steps=steps(200, wait=0, compute=0.1, losses=losses))
-    )
+    result = one("LossNotDecreasing", ProfileData(steps=steps(200, wait=0, compute=0.1, losses=losses)))
     assert issues(result) is expected, result.evidence
 
 
@@ -336,9 +324,7 @@ def test_an_unknown_parameter_or_rule_is_refused_by_name() -> None:
 def test_a_rule_that_breaks_reports_an_error_and_the_others_still_run() -> None:
     broken = [{"rank": 0, "phase": "TRAIN", "start": 1.0}] * 10  # no durations
     results = {r.name: r for r in evaluate(ProfileData(steps=broken))}
-    assert results["DataStall"].status == "Error" and "KeyError" in (
-        results["DataStall"].detail or ""
-    )
+    assert results["DataStall"].status == "Error" and "KeyError" in (results["DataStall"].detail or "")
     assert results["OverallSystemUsage"].status == "NoIssuesFound"
     assert set(results) == set(DEFAULTS)
 

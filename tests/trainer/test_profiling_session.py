@@ -19,18 +19,22 @@ from trainer.profiling.session import Profiler
 def rising_loss_steps(profiler: Profiler, count: int, epoch: int = 0) -> None:
     now = time.time()
     for step in range(1, count + 1):
-        profiler.step(step=step, epoch=epoch, start=now + step * 0.01, data_wait=0.001,
-                      compute=0.009, communication=0.0, loss=1.0 + 0.1 * step)  # fmt: skip
+        profiler.step(
+            step=step,
+            epoch=epoch,
+            start=now + step * 0.01,
+            data_wait=0.001,
+            compute=0.009,
+            communication=0.0,
+            loss=1.0 + 0.1 * step,
+        )
 
 
 def test_a_stopping_rule_stops_the_run_and_the_results_say_which(tmp_path: Path) -> None:
-    profiler = Profiler(tmp_path, interval_ms=100, rules_every_seconds=0.0001,
-                        stop_on=["LossNotDecreasing"]).start()  # fmt: skip
+    profiler = Profiler(tmp_path, interval_ms=100, rules_every_seconds=0.0001, stop_on=["LossNotDecreasing"]).start()
     rising_loss_steps(profiler, 60)
     time.sleep(0.01)
-    assert profiler.should_stop() == "LossNotDecreasing", [
-        (r.name, r.status, r.detail) for r in profiler.last_results
-    ]
+    assert profiler.should_stop() == "LossNotDecreasing", [(r.name, r.status, r.detail) for r in profiler.last_results]
     page = profiler.finish(job_name="job-1", metrics={"epochs": [], "stopped_by_rule": "x"})
     assert page is not None and page.exists()
     parsed = parse_rules_file((tmp_path / "rules.json").read_text())
@@ -73,15 +77,27 @@ def _two_hosts(rank: int, port: int, root: str) -> None:
     try:
         out = Path(root) / f"host{rank + 1}"
         profiler = Profiler(
-            out, interval_ms=100, rank=rank, local_rank=0, world_size=2,
-            rules_every_seconds=0.0001, stop_on=["LossNotDecreasing"],
-        ).start()  # fmt: skip
+            out,
+            interval_ms=100,
+            rank=rank,
+            local_rank=0,
+            world_size=2,
+            rules_every_seconds=0.0001,
+            stop_on=["LossNotDecreasing"],
+        ).start()
         stopped_at = None
         now = time.time()
         for step in range(1, 200):
             loss = 1.0 + (0.1 * step if rank == 0 else 0.0)  # rank 0 alone sees the rise
-            profiler.step(step=step, epoch=0, start=now + step * 0.01, data_wait=0.001,
-                          compute=0.009, communication=0.0, loss=loss)  # fmt: skip
+            profiler.step(
+                step=step,
+                epoch=0,
+                start=now + step * 0.01,
+                data_wait=0.001,
+                compute=0.009,
+                communication=0.0,
+                loss=loss,
+            )
             if profiler.should_stop():
                 stopped_at = step
                 break

@@ -41,9 +41,7 @@ def test_a_step_splits_into_parts_that_add_up_to_it() -> None:
     assert sum(split_step(1.0, 0.7, 0.6)) == pytest.approx(1.0)
     assert split_step(1.0, 0.7, 0.6)[1] == 0.0
     shares = fractions(10.0, 1.0, 8.5, 0.5)
-    assert shares == pytest.approx(
-        {"stall_fraction": 0.1, "compute_fraction": 0.85, "communication_fraction": 0.05}
-    )
+    assert shares == pytest.approx({"stall_fraction": 0.1, "compute_fraction": 0.85, "communication_fraction": 0.05})
     assert fractions(0.0, 0.0, 0.0, 0.0)["stall_fraction"] == 0.0
 
 
@@ -77,8 +75,9 @@ def _gradients(rank: int, port: int, hooked: bool, out: Any) -> None:
 
 
 def _ddp_step(hooked: bool) -> tuple[list[Any], tuple[float, float]]:
-    # Forked, as DataLoader workers are: no second import of torch, seconds saved.
-    context = mp.get_context("fork")
+    # Spawned: a fork of this pytest process copies the locks its other threads (moto's, the
+    # emulators') hold, and a rank then hangs on one of them for good.
+    context = mp.get_context("spawn")
     out = context.SimpleQueue()
     port = _free_port()
     ranks = [context.Process(target=_gradients, args=(r, port, hooked, out)) for r in (0, 1)]
@@ -107,14 +106,39 @@ def test_a_run_reports_where_every_ranks_step_time_went(tmp_path: Path) -> None:
     for name in ("SM_CHANNEL_TRAIN", "SM_MODEL_DIR", "SM_OUTPUT_DATA_DIR", "SM_CHANNEL_MODEL"):
         env.pop(name, None)
     argv = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "trainer.train", "--data-dir", str(tmp_path / "scenes"),
-        "--dataset-version", default_version(1, 48, (64, 32)),
-        "--model-dir", str(tmp_path / "model"), "--output-data-dir", str(tmp_path / "output"),
-        "--checkpoint-dir", str(tmp_path / "checkpoints"), "--width", "0.25", "--crop", "64x32",
-        "--batch-size", "4", "--epochs", "2", "--log-every", "0",
-        "--checkpoint-every-seconds", "0", "--workers", "1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "trainer.train",
+        "--data-dir",
+        str(tmp_path / "scenes"),
+        "--dataset-version",
+        default_version(1, 48, (64, 32)),
+        "--model-dir",
+        str(tmp_path / "model"),
+        "--output-data-dir",
+        str(tmp_path / "output"),
+        "--checkpoint-dir",
+        str(tmp_path / "checkpoints"),
+        "--width",
+        "0.25",
+        "--crop",
+        "64x32",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "2",
+        "--log-every",
+        "0",
+        "--checkpoint-every-seconds",
+        "0",
+        "--workers",
+        "1",
+    ]
     result = subprocess.run(  # noqa: PLW1510 (the return code is asserted below)
         argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
     )

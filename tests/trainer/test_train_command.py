@@ -42,9 +42,12 @@ def test_a_folder_without_manifests_is_refused_with_a_hint(tmp_path: Path) -> No
 def test_the_trainer_runs_under_torchrun_with_the_container_folders(tmp_path: Path) -> None:
     manifest = tmp_path / "data" / "manifests" / "v1.jsonl"
     argv = trainer_command(
-        nproc=3, data_dir=tmp_path / "data", manifest=manifest, out=tmp_path / "out",
+        nproc=3,
+        data_dir=tmp_path / "data",
+        manifest=manifest,
+        out=tmp_path / "out",
         trainer_args=["--epochs", "2"],
-    )  # fmt: skip
+    )
     joined = " ".join(argv)
     assert "torch.distributed.run --standalone --nproc-per-node 3 -m trainer.train" in joined
     assert f"--manifest {Path('manifests') / 'v1.jsonl'}" in joined

@@ -256,8 +256,11 @@ class SystemMonitor:
         self._thread.start()
         log.info(
             "system monitor on %s every %d ms (GPUs: %s) -> %s",
-            self.node, self.interval_ms, self.gpu_source, self.path,
-        )  # fmt: skip
+            self.node,
+            self.interval_ms,
+            self.gpu_source,
+            self.path,
+        )
         return self
 
     def stop(self) -> None:

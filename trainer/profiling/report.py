@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.profiling.monitor import read_system
-from trainer.profiling.rules import ProfileData, RuleResult
+from trainer.profiling.rules import ProfileData, RuleEvaluation
 from trainer.profiling.steps import read_steps
 
 RULES_FILE = "rules.json"
@@ -36,13 +36,11 @@ MAX_BARS = 200
 
 def load_profile(profile_dir: Path, loader: Mapping[str, Any] | None = None) -> ProfileData:
     """What the trainer wrote under `profile/` (possibly still being written)."""
-    return ProfileData(
-        system=read_system(profile_dir), steps=read_steps(profile_dir), loader=dict(loader or {})
-    )
+    return ProfileData(system=read_system(profile_dir), steps=read_steps(profile_dir), loader=dict(loader or {}))
 
 
 def rules_document(
-    results: Sequence[RuleResult],
+    results: Sequence[RuleEvaluation],
     *,
     job_name: str | None = None,
     generated_at: datetime | None = None,
@@ -61,7 +59,7 @@ def rules_document(
 def write_outputs(
     out_dir: Path,
     data: ProfileData,
-    results: Sequence[RuleResult],
+    results: Sequence[RuleEvaluation],
     *,
     job_name: str | None = None,
     metrics: Mapping[str, Any] | None = None,
@@ -133,7 +131,7 @@ def _clock(stamp: float) -> str:
 
 def render_html(
     data: ProfileData,
-    results: Sequence[RuleResult],
+    results: Sequence[RuleEvaluation],
     *,
     job_name: str | None = None,
     metrics: Mapping[str, Any] | None = None,
@@ -166,9 +164,7 @@ def render_html(
     return "\n".join(part for part in parts if part)
 
 
-def _summary_cards(
-    data: ProfileData, results: Sequence[RuleResult], issues: Sequence[RuleResult]
-) -> str:
+def _summary_cards(data: ProfileData, results: Sequence[RuleEvaluation], issues: Sequence[RuleEvaluation]) -> str:
     train = [s for s in data.steps if s.get("phase", "TRAIN") == "TRAIN"]
     total = sum(float(s["duration"]) for s in train)
     wait = sum(float(s["data_wait"]) for s in train)
@@ -186,7 +182,7 @@ def _summary_cards(
     return f"<div class='cards'>{body}</div>"
 
 
-def _rules_table(results: Sequence[RuleResult]) -> str:
+def _rules_table(results: Sequence[RuleEvaluation]) -> str:
     order = {"IssuesFound": 0, "Error": 1, "NoIssuesFound": 2}
     rows = []
     for result in sorted(results, key=lambda r: (order.get(r.status, 3), r.name)):
@@ -215,17 +211,12 @@ def _rank_table(steps: Sequence[Mapping[str, Any]]) -> str:
             per_rank[int(step.get("rank", 0))].append(step)
     if not per_rank:
         return "<p class='muted'>No training steps recorded.</p>"
-    slowest = max(
-        sum(float(s["duration"]) for s in ranked) / len(ranked) for ranked in per_rank.values()
-    )
+    slowest = max(sum(float(s["duration"]) for s in ranked) / len(ranked) for ranked in per_rank.values())
     rows = []
     for rank, ranked in sorted(per_rank.items()):
         total = sum(float(s["duration"]) for s in ranked) or 1e-12
         mean = total / len(ranked)
-        fractions = [
-            sum(float(s[k]) for s in ranked) / total
-            for k in ("data_wait", "compute", "communication")
-        ]
+        fractions = [sum(float(s[k]) for s in ranked) / total for k in ("data_wait", "compute", "communication")]
         bar = _stacked_bar(fractions, 220 * mean / slowest if slowest else 0)
         rows.append(
             f"<tr><td>rank {rank}</td><td>{_e(ranked[0].get('node', ''))}</td>"
@@ -268,10 +259,7 @@ def _timelines(steps: Sequence[Mapping[str, Any]]) -> str:
         size = max(1, math.ceil(len(ranked) / MAX_BARS))
         bins = [ranked[i : i + size] for i in range(0, len(ranked), size)]
         means = [
-            [
-                sum(float(s[k]) for s in group) / len(group)
-                for k in ("data_wait", "compute", "communication")
-            ]
+            [sum(float(s[k]) for s in group) / len(group) for k in ("data_wait", "compute", "communication")]
             for group in bins
         ]
         top = max((sum(m) for m in means), default=0.0) or 1e-9
@@ -303,9 +291,7 @@ def _timelines(steps: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _heatmaps(system: Sequence[Mapping[str, Any]], dimension: str, what: str) -> str:
-    grouped: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
+    grouped: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for record in system:
         if record.get("Dimension") == dimension:
             grouped[str(record["NodeId"])][str(record["Name"])].append(
@@ -340,8 +326,7 @@ def _heatmaps(system: Sequence[Mapping[str, Any]], dimension: str, what: str) ->
             f"{_clock(end)} UTC ({end - start:.0f} s; a column is {span:.1f} s)</p>"
         )
         out.append(
-            f"<h3>{_e(node)}: {_e(what)} ({_e(dimension)})</h3><table class='heat'>"
-            f"{''.join(rows)}</table>{axis}"
+            f"<h3>{_e(node)}: {_e(what)} ({_e(dimension)})</h3><table class='heat'>{''.join(rows)}</table>{axis}"
         )
     legend = "".join(f"<span style='background:{_color(v)}'></span>" for v in range(0, 101, 10))
     return "".join(out) + f"<p class='legend muted'>0 % {legend} 100 %</p>"
@@ -357,8 +342,7 @@ def _curves(metrics: Mapping[str, Any]) -> str:
     if not epochs:
         return "<p class='muted'>No evaluated epoch yet.</p>"
     charts = []
-    for key, label, color in (("train_loss", "training loss", "#6a1b9a"),
-                              ("miou", "validation mIoU", "#00897b")):  # fmt: skip
+    for key, label, color in (("train_loss", "training loss", "#6a1b9a"), ("miou", "validation mIoU", "#00897b")):
         values = [
             (float(e.get("epoch", i)), float(e[key]))
             for i, e in enumerate(epochs)
@@ -394,9 +378,19 @@ def _line_chart(values: Sequence[tuple[float, float]], label: str, color: str) -
 
 def _lineage(metrics: Mapping[str, Any]) -> str:
     keys = (
-        "dataset_version", "code_sha256", "torch_version", "seed", "host", "train_images",
-        "val_images", "init_from", "resumed_from", "loader", "miou", "stopped_by_rule",
-    )  # fmt: skip
+        "dataset_version",
+        "code_sha256",
+        "torch_version",
+        "seed",
+        "host",
+        "train_images",
+        "val_images",
+        "init_from",
+        "resumed_from",
+        "loader",
+        "miou",
+        "stopped_by_rule",
+    )
     rows = []
     for key in keys:
         value = metrics.get(key)
@@ -423,9 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
     data = load_profile(args.output_dir / "profile", loader=(metrics or {}).get("loader"))
     results = evaluate(data)
-    _, page = write_outputs(
-        args.out or args.output_dir, data, results, job_name=args.job_name, metrics=metrics
-    )
+    _, page = write_outputs(args.out or args.output_dir, data, results, job_name=args.job_name, metrics=metrics)
     print(page)
     return 0
 

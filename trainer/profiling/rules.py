@@ -106,7 +106,7 @@ class ProfileData:
 
 
 @dataclass
-class RuleResult:
+class RuleEvaluation:
     """One rule's verdict; `to_dict()` has the shape of `rules.json`'s rule entries."""
 
     name: str
@@ -252,8 +252,8 @@ NO_GPU = "no GPU metrics on this run (a CPU host, or no NVML/nvidia-smi): nothin
 # --- the GPU rules ------------------------------------------------------------------------------
 
 
-def low_gpu_utilization(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # noqa: PLR0912
-    result = RuleResult("LowGPUUtilization", STATUS_OK, parameters=_params(p))
+def low_gpu_utilization(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
+    result = RuleEvaluation("LowGPUUtilization", STATUS_OK, parameters=_params(p))
     series = _series(data.system, "GPUUtilization")
     if not series:
         result.detail = NO_GPU
@@ -310,9 +310,9 @@ def low_gpu_utilization(data: ProfileData, p: Mapping[str, Any]) -> RuleResult: 
 
 def _bottleneck(
     data: ProfileData, p: Mapping[str, Any], *, name: str, dimension: str, key: str, what: str
-) -> RuleResult:
+) -> RuleEvaluation:
     """CPUBottleneck and IOBottleneck: the share of snapshots with a starved GPU and a busy host."""
-    result = RuleResult(name, STATUS_OK, parameters=_params(p))
+    result = RuleEvaluation(name, STATUS_OK, parameters=_params(p))
     if not _has(data.system, "GPUUtilization"):
         result.detail = NO_GPU
         return result
@@ -324,12 +324,9 @@ def _bottleneck(
         flags = []
         for _, records in snapshots:
             gpu_low = any(
-                r["Dimension"] == "GPUUtilization" and float(r["Value"]) < float(p["gpu_threshold"])
-                for r in records
+                r["Dimension"] == "GPUUtilization" and float(r["Value"]) < float(p["gpu_threshold"]) for r in records
             )
-            busy = any(
-                r["Dimension"] == dimension and float(r["Value"]) > float(p[key]) for r in records
-            )
+            busy = any(r["Dimension"] == dimension and float(r["Value"]) > float(p[key]) for r in records)
             flags.append(gpu_low and busy)
         stamps = [stamp for stamp, _ in snapshots]
         total_points += len(flags)
@@ -350,9 +347,14 @@ def _bottleneck(
                 triggered += 1
         result.trigger_count += triggered
         evidence.append(
-            {"host": node, "snapshots": len(flags), "bottlenecks": int(counts[-1]),
-             "percent": percent, "triggered": triggered}
-        )  # fmt: skip
+            {
+                "host": node,
+                "snapshots": len(flags),
+                "bottlenecks": int(counts[-1]),
+                "percent": percent,
+                "triggered": triggered,
+            }
+        )
     result.violations, result.datapoints = result.trigger_count, total_points
     result.evidence = {"hosts": evidence}
     result.detail = "; ".join(sorted(set(notes))) or None
@@ -366,29 +368,24 @@ def _bottleneck(
                 "Move decoding and augmentation off the training processes (more loader "
                 "workers) or onto the GPU, or use a larger instance."
                 if name == "CPUBottleneck"
-                else "Read data from faster storage (FSx, local copies), in larger files, or "
-                "prefetch more."
+                else "Read data from faster storage (FSx, local copies), in larger files, or prefetch more."
             )
         )
     return result
 
 
-def cpu_bottleneck(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
+def cpu_bottleneck(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     what = f"a CPU core was above {p['cpu_threshold']} %"
-    return _bottleneck(
-        data, p, name="CPUBottleneck", dimension="CPUUtilization", key="cpu_threshold", what=what
-    )
+    return _bottleneck(data, p, name="CPUBottleneck", dimension="CPUUtilization", key="cpu_threshold", what=what)
 
 
-def io_bottleneck(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
+def io_bottleneck(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     what = f"I/O wait was above {p['io_threshold']} %"
-    return _bottleneck(
-        data, p, name="IOBottleneck", dimension="I/OWaitPercentage", key="io_threshold", what=what
-    )
+    return _bottleneck(data, p, name="IOBottleneck", dimension="I/OWaitPercentage", key="io_threshold", what=what)
 
 
-def batch_size(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # noqa: PLR0912
-    result = RuleResult("BatchSize", STATUS_OK, parameters=_params(p))
+def batch_size(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
+    result = RuleEvaluation("BatchSize", STATUS_OK, parameters=_params(p))
     gpu_util = _series(data.system, "GPUUtilization")
     if not gpu_util:
         result.detail = NO_GPU
@@ -430,14 +427,17 @@ def batch_size(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # noqa: 
                 util_p95 = _q(values[:k][-window:], 0.95)
                 m = _upto(memory[0], end)
                 memory_p95 = _q(memory[1][:m][-window:], 0.95) if m else 0.0
-                if util_p95 < float(p["gpu_threshold_p95"]) and memory_p95 < float(
-                    p["gpu_memory_threshold_p95"]
-                ):
+                if util_p95 < float(p["gpu_threshold_p95"]) and memory_p95 < float(p["gpu_memory_threshold_p95"]):
                     result.trigger_count += 1
                     found.append(
-                        {"host": node, "gpu": gpu, "cpu_p95": cpu_p95, "gpu_p95": util_p95,
-                         "gpu_memory_p95": memory_p95}
-                    )  # fmt: skip
+                        {
+                            "host": node,
+                            "gpu": gpu,
+                            "cpu_p95": cpu_p95,
+                            "gpu_p95": util_p95,
+                            "gpu_memory_p95": memory_p95,
+                        }
+                    )
     result.violations, result.datapoints = result.trigger_count, datapoints
     result.detail = "; ".join(sorted(set(notes))) or None
     if found:
@@ -453,8 +453,8 @@ def batch_size(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # noqa: 
     return result
 
 
-def gpu_memory_increase(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
-    result = RuleResult("GPUMemoryIncrease", STATUS_OK, parameters=_params(p))
+def gpu_memory_increase(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
+    result = RuleEvaluation("GPUMemoryIncrease", STATUS_OK, parameters=_params(p))
     series = _series(data.system, "GPUMemoryUtilization")
     if not series:
         result.detail = NO_GPU
@@ -482,9 +482,14 @@ def gpu_memory_increase(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
         if count:
             result.trigger_count += count
             found.append(
-                {"host": node, "gpu": gpu, "increase": float(diff[hits].max()),
-                 "violations": count, "last": float(values[-1])}
-            )  # fmt: skip
+                {
+                    "host": node,
+                    "gpu": gpu,
+                    "increase": float(diff[hits].max()),
+                    "violations": count,
+                    "last": float(values[-1]),
+                }
+            )
     result.violations, result.datapoints = result.trigger_count, datapoints
     result.detail = "; ".join(sorted(set(notes))) or None
     if found:
@@ -512,8 +517,8 @@ def _js_distance(first: Any, second: Any) -> float:
     return math.sqrt(max(0.0, (kl(p, m) + kl(q, m)) / 2))
 
 
-def load_balancing(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # noqa: PLR0912
-    result = RuleResult("LoadBalancing", STATUS_OK, parameters=_params(p))
+def load_balancing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
+    result = RuleEvaluation("LoadBalancing", STATUS_OK, parameters=_params(p))
     series = _series(data.system, "GPUUtilization")
     if not series:
         result.detail = NO_GPU
@@ -568,8 +573,8 @@ def load_balancing(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # no
 # --- step-based rules ---------------------------------------------------------------------------
 
 
-def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
-    result = RuleResult("StepOutlier", STATUS_OK, parameters=_params(p))
+def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
+    result = RuleEvaluation("StepOutlier", STATUS_OK, parameters=_params(p))
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     mode = p.get("mode")
     grouped: dict[tuple[str, str], list[Record]] = defaultdict(list)
@@ -598,14 +603,16 @@ def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
             if len(outliers) > int(p["n_outliers"]):
                 result.trigger_count += 1
                 last = {
-                    "host": node, "phase": phase, "threshold_seconds": threshold,
-                    "mean_seconds": float(seen.mean()), "outliers": len(outliers),
+                    "host": node,
+                    "phase": phase,
+                    "threshold_seconds": threshold,
+                    "mean_seconds": float(seen.mean()),
+                    "outliers": len(outliers),
                     "steps": [
-                        {"rank": steps[i].get("rank"), "step": steps[i].get("step"),
-                         "seconds": float(durations[i])}
+                        {"rank": steps[i].get("rank"), "step": steps[i].get("step"), "seconds": float(durations[i])}
                         for i in outliers[:MAX_EVIDENCE_ITEMS]
                     ],
-                }  # fmt: skip
+                }
         if last is not None:
             found.append(last)
     result.violations = result.trigger_count
@@ -624,8 +631,8 @@ def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
     return result
 
 
-def data_stall(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
-    result = RuleResult("DataStall", STATUS_OK, parameters=_params(p))
+def data_stall(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
+    result = RuleEvaluation("DataStall", STATUS_OK, parameters=_params(p))
     by_rank: dict[int, list[Record]] = defaultdict(list)
     for step in data.steps:
         if step.get("phase", "TRAIN") == "TRAIN":
@@ -647,9 +654,8 @@ def data_stall(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
             continue
         stamps = [float(s["start"]) for s in steps]
         stall = np.array(
-            [float(s["data_wait"]) / float(s["duration"]) if float(s["duration"]) > 0 else 0.0
-             for s in steps]
-        )  # fmt: skip
+            [float(s["data_wait"]) / float(s["duration"]) if float(s["duration"]) > 0 else 0.0 for s in steps]
+        )
         median = 0.0
         triggered = 0
         for end in _scan_ends(stamps, interval):
@@ -661,11 +667,15 @@ def data_stall(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
                 triggered += 1
         result.trigger_count += triggered
         ranks.append(
-            {"rank": rank, "host": steps[-1].get("node"), "median_stall_fraction": median,
-             "steps": len(steps), "triggered": triggered,
-             "window_steps": [int(steps[max(0, len(steps) - window)].get("step", 0)),
-                              int(steps[-1].get("step", 0))]}
-        )  # fmt: skip
+            {
+                "rank": rank,
+                "host": steps[-1].get("node"),
+                "median_stall_fraction": median,
+                "steps": len(steps),
+                "triggered": triggered,
+                "window_steps": [int(steps[max(0, len(steps) - window)].get("step", 0)), int(steps[-1].get("step", 0))],
+            }
+        )
     result.violations, result.datapoints = result.trigger_count, sum(map(len, by_rank.values()))
     result.detail = "; ".join(sorted(set(notes))) or None
     result.evidence = {"ranks": ranks, "loader": data.loader}
@@ -691,8 +701,8 @@ def _loader_words(loader: Mapping[str, Any]) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # noqa: PLR0912
-    result = RuleResult("LossNotDecreasing", STATUS_OK, parameters=_params(p))
+def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
+    result = RuleEvaluation("LossNotDecreasing", STATUS_OK, parameters=_params(p))
     mode = p.get("mode") or "TRAIN"
     per_step: dict[int, list[float]] = defaultdict(list)
     for step in data.steps:
@@ -725,9 +735,7 @@ def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleResult: 
             else:
                 bad = previous - loss < float(p["diff_percent"]) / 100 * abs(previous)
             if bad:
-                found.append(
-                    {"step": at_step, "loss": loss, "previous": previous, "lowest": lowest}
-                )
+                found.append({"step": at_step, "loss": loss, "previous": previous, "lowest": lowest})
         lowest = min(lowest, loss)
     result.trigger_count = result.violations = len(found)
     result.datapoints = len(checks)
@@ -747,8 +755,8 @@ def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleResult: 
 # --- host and job rules -------------------------------------------------------------------------
 
 
-def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # noqa: PLR0912
-    result = RuleResult("Dataloader", STATUS_OK, parameters=_params(p))
+def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
+    result = RuleEvaluation("Dataloader", STATUS_OK, parameters=_params(p))
     workers = _series(data.system, "DataLoaderWorkers")
     if not workers:
         result.detail = "no data-loader process counts recorded (psutil not available)"
@@ -791,10 +799,13 @@ def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # noqa: 
                 result.trigger_count += 1
         cpu = worker_cpu.get((node, "dataloader"))
         entry: dict[str, Any] = {
-            "host": node, "cores": cores, "median_workers": median, "min_workers": low,
+            "host": node,
+            "cores": cores,
+            "median_workers": median,
+            "min_workers": low,
             "max_workers": high,
             "worker_cpu_p50": _q(cpu[1], 0.5) if cpu is not None and len(cpu[1]) else None,
-        }  # fmt: skip
+        }
         hosts.append(entry)
         if median < low or median > high:
             found.append(entry)
@@ -822,8 +833,8 @@ def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:  # noqa: 
     return result
 
 
-def max_initialization_time(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
-    result = RuleResult("MaxInitializationTime", STATUS_OK, parameters=_params(p))
+def max_initialization_time(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
+    result = RuleEvaluation("MaxInitializationTime", STATUS_OK, parameters=_params(p))
     stamps = [float(r["Timestamp"]) for r in data.system]
     first = data.started_at if data.started_at is not None else min(stamps, default=None)
     if first is None:
@@ -851,8 +862,8 @@ def max_initialization_time(data: ProfileData, p: Mapping[str, Any]) -> RuleResu
     return result
 
 
-def overall_system_usage(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
-    result = RuleResult("OverallSystemUsage", STATUS_OK, parameters=_params(p))
+def overall_system_usage(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
+    result = RuleEvaluation("OverallSystemUsage", STATUS_OK, parameters=_params(p))
     grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
     for record in data.system:
         grouped[(str(record["NodeId"]), str(record["Dimension"]))].append(float(record["Value"]))
@@ -860,16 +871,18 @@ def overall_system_usage(data: ProfileData, p: Mapping[str, Any]) -> RuleResult:
     for (node, dimension), values in sorted(grouped.items()):
         array = np.array(values)
         usage[node][dimension] = {
-            "p50": _q(array, 0.5), "p95": _q(array, 0.95), "p99": _q(array, 0.99),
+            "p50": _q(array, 0.5),
+            "p95": _q(array, 0.95),
+            "p99": _q(array, 0.99),
             "max": float(array.max()),
-        }  # fmt: skip
+        }
     result.datapoints = len(data.system)
     result.evidence = {"hosts": dict(usage)}
     result.detail = "a summary of the system metrics; this rule never triggers"
     return result
 
 
-RULES: dict[str, Callable[[ProfileData, Mapping[str, Any]], RuleResult]] = {
+RULES: dict[str, Callable[[ProfileData, Mapping[str, Any]], RuleEvaluation]] = {
     "LowGPUUtilization": low_gpu_utilization,
     "CPUBottleneck": cpu_bottleneck,
     "IOBottleneck": io_bottleneck,
@@ -900,7 +913,7 @@ def evaluate(
     data: ProfileData,
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     names: Sequence[str] | None = None,
-) -> list[RuleResult]:
+) -> list[RuleEvaluation]:
     """Every rule (or those named) on `data`; a rule that fails is an `Error`, not an exception."""
     unknown = sorted(set(names or ()) - set(RULES) | set(overrides or {}) - set(RULES))
     if unknown:
@@ -912,9 +925,11 @@ def evaluate(
             results.append(RULES[name](data, parameters))
         except Exception as error:  # a rule's bug must not hide the other verdicts
             results.append(
-                RuleResult(
-                    name, STATUS_ERROR, parameters=_params(parameters),
+                RuleEvaluation(
+                    name,
+                    STATUS_ERROR,
+                    parameters=_params(parameters),
                     detail=f"{type(error).__name__}: {error}",
                 )
-            )  # fmt: skip
+            )
     return results

@@ -70,7 +70,7 @@ class Profiler:
         # MaxInitializationTime counts from the process's start, not from ours.
         self.started_at = _process_started()
         self.stopped_by: str | None = None
-        self.last_results: list[rules.RuleResult] = []
+        self.last_results: list[rules.RuleEvaluation] = []
         self._monitor: monitor.SystemMonitor | None = None
         self._timeline: steps.StepTimeline | None = None
         self._last_rules = time.monotonic()
@@ -100,9 +100,15 @@ class Profiler:
         """One step's line. `start` is a `time.time()` reading."""
         if self._timeline is not None:
             self._timeline.record(
-                step=step, epoch=epoch, start=start, data_wait=data_wait, compute=compute,
-                communication=communication, loss=loss, phase=phase,
-            )  # fmt: skip
+                step=step,
+                epoch=epoch,
+                start=start,
+                data_wait=data_wait,
+                compute=compute,
+                communication=communication,
+                loss=loss,
+                phase=phase,
+            )
 
     def should_stop(self) -> str | None:
         """After a step, on every rank: the rule that stops the run, once one has (else None).
@@ -162,9 +168,7 @@ class Profiler:
         data.started_at, data.now = self.started_at, time.time()
         return data
 
-    def finish(
-        self, *, job_name: str | None = None, metrics: Mapping[str, Any] | None = None
-    ) -> Path | None:
+    def finish(self, *, job_name: str | None = None, metrics: Mapping[str, Any] | None = None) -> Path | None:
         """Every rank: stop sampling, send rank 0 what it lacks; rank 0 writes the results."""
         if not self.enabled:
             return None
@@ -184,9 +188,7 @@ class Profiler:
                     note = "this rule stopped the training (--stop-on-rule)"
                     result.detail = f"{result.detail}; {note}" if result.detail else note
         self.last_results = results
-        _, page = report.write_outputs(
-            self.output_dir, data, results, job_name=job_name, metrics=metrics
-        )
+        _, page = report.write_outputs(self.output_dir, data, results, job_name=job_name, metrics=metrics)
         return page
 
     def _gather(self) -> None:

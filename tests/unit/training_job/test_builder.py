@@ -94,9 +94,9 @@ def test_the_trainer_accepts_every_flag_the_job_passes_it() -> None:
     """What the container runs: `train.py --name value` for each non-sagemaker hyperparameter."""
     trainer = pytest.importorskip("trainer.train")
     hyperparameters = decoded(
-        build_training_job_request(
-            job_config(distribution="smddp", instance_type="ml.p4d.24xlarge"), RUN
-        )["HyperParameters"]
+        build_training_job_request(job_config(distribution="smddp", instance_type="ml.p4d.24xlarge"), RUN)[
+            "HyperParameters"
+        ]
     )
     argv = [
         part
@@ -166,17 +166,13 @@ def test_outputs_checkpoints_and_keys_go_where_configured() -> None:
         "KmsKeyId": key,
     }
     assert request["ResourceConfig"]["VolumeKmsKeyId"] == key
-    assert request["CheckpointConfig"] == {
-        "S3Uri": f"s3://{BUCKET}/ckpt/{request['TrainingJobName']}"
-    }
+    assert request["CheckpointConfig"] == {"S3Uri": f"s3://{BUCKET}/ckpt/{request['TrainingJobName']}"}
 
 
 def test_checkpoints_default_to_a_folder_per_job_beside_the_output() -> None:
     request = build_training_job_request(job_config(), RUN)
 
-    assert request["CheckpointConfig"] == {
-        "S3Uri": f"s3://{BUCKET}/training/checkpoints/{request['TrainingJobName']}"
-    }
+    assert request["CheckpointConfig"] == {"S3Uri": f"s3://{BUCKET}/training/checkpoints/{request['TrainingJobName']}"}
 
 
 def test_the_trainer_learns_its_image_and_profiling_from_the_environment() -> None:

@@ -80,8 +80,12 @@ def test_the_default_rules_are_the_designs_five() -> None:
 
     assert tuple(rule.rule for rule in config.rules) == DEFAULT_RULES
     assert DEFAULT_RULES == (
-        "ProfilerReport", "LowGPUUtilization", "CPUBottleneck", "IOBottleneck", "StepOutlier",
-    )  # fmt: skip
+        "ProfilerReport",
+        "LowGPUUtilization",
+        "CPUBottleneck",
+        "IOBottleneck",
+        "StepOutlier",
+    )
     assert config.profiling == "builtin", "Debugger is opt-in: closed to new AWS customers"
 
 

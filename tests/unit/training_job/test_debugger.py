@@ -86,13 +86,17 @@ def test_issues_found_come_with_evidence_and_plain_advice() -> None:
 
     assert rules.pending == []
     assert [rule.name for rule in rules.issues] == [
-        "ProfilerReport", "LowGPUUtilization", "StepOutlier", "LoadBalancing",
-    ]  # fmt: skip
+        "ProfilerReport",
+        "LowGPUUtilization",
+        "StepOutlier",
+        "LoadBalancing",
+    ]
     low_gpu = found["LowGPUUtilization"]
     assert low_gpu.trigger_count == 3
     assert (low_gpu.violations, low_gpu.datapoints) == (3, 13844)
-    assert low_gpu.evidence == {"algo-1": {"gpu2": {"gpu_95": 41.0, "gpu_5": 0.0},
-                                           "gpu3": {"gpu_95": 38.5, "gpu_5": 0.0}}}  # fmt: skip
+    assert low_gpu.evidence == {
+        "algo-1": {"gpu2": {"gpu_95": 41.0, "gpu_5": 0.0}, "gpu3": {"gpu_95": 38.5, "gpu_5": 0.0}}
+    }
     assert low_gpu.parameters["threshold_p95"] == "70"
     assert "data loader more workers" in low_gpu.recommendation
     assert low_gpu.detail and low_gpu.detail.startswith("RuleEvaluationConditionMet")
@@ -123,9 +127,7 @@ def test_rules_only_profiler_report_ran_get_their_verdict_from_its_files() -> No
 
 
 def test_long_evidence_is_cut_to_what_a_notification_can_show() -> None:
-    step_outlier = by_name(normalise("describe_completed_issues_found.json", "StepOutlier"))[
-        "StepOutlier"
-    ]
+    step_outlier = by_name(normalise("describe_completed_issues_found.json", "StepOutlier"))["StepOutlier"]
 
     details = step_outlier.evidence["step_details"]["algo-1"]
     assert len(details["probs"]) == EVIDENCE_ITEMS + 1
@@ -135,8 +137,14 @@ def test_long_evidence_is_cut_to_what_a_notification_can_show() -> None:
 
 
 def test_no_issues_everywhere() -> None:
-    quiet = ("CPUBottleneck", "IOBottleneck", "GPUMemoryIncrease", "BatchSize",
-             "MaxInitializationTime", "OverallSystemUsage")  # fmt: skip
+    quiet = (
+        "CPUBottleneck",
+        "IOBottleneck",
+        "GPUMemoryIncrease",
+        "BatchSize",
+        "MaxInitializationTime",
+        "OverallSystemUsage",
+    )
     rules = normalise("describe_completed_no_issues.json", *quiet)
 
     assert set(statuses(rules).values()) == {"NoIssuesFound"}
@@ -214,9 +222,7 @@ def test_a_renamed_rule_keeps_its_own_verdict_but_not_the_defaults_evidence() ->
     event["ProfilerRuleConfigurations"][1]["RuleConfigurationName"] = "LowGPUUtilization-strict"
     event["ProfilerRuleEvaluationStatuses"][1]["RuleConfigurationName"] = "LowGPUUtilization-strict"
 
-    rules = normalise_debugger_results(
-        event, profiler_reports("LowGPUUtilization"), generated_at=NOW
-    )
+    rules = normalise_debugger_results(event, profiler_reports("LowGPUUtilization"), generated_at=NOW)
     found = by_name(rules)
 
     assert found["LowGPUUtilization-strict"].status == "IssuesFound"
@@ -234,9 +240,7 @@ def test_a_report_of_another_shape_is_named() -> None:
     event = load_sagemaker_event("describe_completed_issues_found.json")
 
     with pytest.raises(DebuggerResultsError, match="report of LowGPUUtilization"):
-        normalise_debugger_results(
-            event, {"LowGPUUtilization": {"RuleTriggered": "often"}}, generated_at=NOW
-        )
+        normalise_debugger_results(event, {"LowGPUUtilization": {"RuleTriggered": "often"}}, generated_at=NOW)
 
 
 @mock_aws

@@ -32,8 +32,7 @@ def test_every_region_and_version_matches_the_sdks_image_table() -> None:
         assert sdk[version]["py_versions"] == [py_version], f"{version}: Python version differs"
         for region, account in PYTORCH_TRAINING_ACCOUNTS.items():
             assert sdk[version]["registries"].get(region) == account, (
-                f"{version} in {region}: our registry {account}, the SDK's "
-                f"{sdk[version]['registries'].get(region)}"
+                f"{version} in {region}: our registry {account}, the SDK's {sdk[version]['registries'].get(region)}"
             )
 
 
@@ -47,9 +46,7 @@ def test_every_region_and_version_matches_the_sdks_image_table() -> None:
         ("ap-east-2", "2.7.1", "ml.m5.xlarge"),
     ],
 )
-def test_the_training_image_is_the_one_the_sdk_resolves(
-    region: str, version: str, instance_type: str
-) -> None:
+def test_the_training_image_is_the_one_the_sdk_resolves(region: str, version: str, instance_type: str) -> None:
     py_version = PYTORCH_PY_VERSIONS[version]
 
     ours = training_image_uri(region, version, py_version, processor_for(instance_type))
@@ -81,9 +78,7 @@ def test_every_debugger_rule_image_is_the_one_the_sdk_resolves() -> None:
     assert sdk["registries"] == DEBUGGER_RULE_ACCOUNTS
     # The table is the SDK's; a few regions check the URI's shape (each lookup is slow).
     for region in ("eu-west-1", "cn-north-1", "us-gov-west-1"):
-        assert rule_evaluator_image_uri(region) == get_rule_container_image_uri(
-            "LowGPUUtilization", region
-        )
+        assert rule_evaluator_image_uri(region) == get_rule_container_image_uri("LowGPUUtilization", region)
 
 
 def test_china_images_live_under_their_own_domain() -> None:
@@ -97,9 +92,8 @@ def test_china_images_live_under_their_own_domain() -> None:
 
 @pytest.mark.parametrize(
     "region",
-    ["ap-southeast-3", "ap-southeast-4", "eu-south-2", "me-central-1", "ap-south-2",
-     "eu-central-2", "us-gov-east-1"],
-)  # fmt: skip
+    ["ap-southeast-3", "ap-southeast-4", "eu-south-2", "me-central-1", "ap-south-2", "eu-central-2", "us-gov-east-1"],
+)
 def test_debugger_is_unavailable_where_the_sdk_says_so(region: str) -> None:
     assert region in PYTORCH_TRAINING_ACCOUNTS, "training itself runs there"
     with pytest.raises(UnsupportedRegionError, match=f"not available in region '{region}'"):
@@ -123,8 +117,7 @@ def test_a_torch_version_this_project_does_not_run_on_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("instance_type", "processor"),
-    [("ml.p4d.24xlarge", "gpu"), ("ml.g5.2xlarge", "gpu"), ("ml.c5.xlarge", "cpu"),
-     ("ml.m7i.large", "cpu")],
-)  # fmt: skip
+    [("ml.p4d.24xlarge", "gpu"), ("ml.g5.2xlarge", "gpu"), ("ml.c5.xlarge", "cpu"), ("ml.m7i.large", "cpu")],
+)
 def test_gpu_families_get_gpu_images(instance_type: str, processor: str) -> None:
     assert processor_for(instance_type) == processor

@@ -44,13 +44,19 @@ def test_the_request_is_printed_as_json_and_nothing_is_sent(config_file: Path) -
 
 def test_flags_override_the_file(config_file: Path) -> None:
     result = plan(
-        "--config", str(config_file),
-        "--region", "us-west-2",
-        "--instance-type", "ml.p4d.24xlarge",
-        "--instance-count", "2",
-        "--distribution", "smddp",
-        "--profiling", "builtin",
-    )  # fmt: skip
+        "--config",
+        str(config_file),
+        "--region",
+        "us-west-2",
+        "--instance-type",
+        "ml.p4d.24xlarge",
+        "--instance-count",
+        "2",
+        "--distribution",
+        "smddp",
+        "--profiling",
+        "builtin",
+    )
 
     assert result.exit_code == 0, result.output
     request = json.loads(result.stdout)
@@ -63,9 +69,7 @@ def test_flags_override_the_file(config_file: Path) -> None:
 
 
 def test_a_refused_combination_exits_1_with_one_line_that_says_why(config_file: Path) -> None:
-    result = plan(
-        "--config", str(config_file), "--instance-type", "ml.p3.16xlarge", "--distribution", "smddp"
-    )  # fmt: skip
+    result = plan("--config", str(config_file), "--instance-type", "ml.p3.16xlarge", "--distribution", "smddp")
 
     assert result.exit_code == 1
     assert result.stdout == "", "no request may be printed for a refused job"
@@ -88,9 +92,7 @@ def test_a_configuration_value_out_of_range_is_refused(config_file: Path) -> Non
     assert "instance_count: Input should be greater than or equal to 1" in result.stderr
 
 
-def test_the_environment_completes_the_file(
-    config_file: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_environment_completes_the_file(config_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINING_JOB_MAX_RUNTIME_SECONDS", "3600")
 
     result = plan("--config", str(config_file))

@@ -23,9 +23,7 @@ def refused(**changes: Any) -> JobConfigurationError:
 def assert_refused(changes: dict[str, Any], *fragments: str) -> JobConfigurationError:
     error = refused(**changes)
     for fragment in fragments:
-        assert fragment in str(error), (
-            f"the refusal of {changes} should say {fragment!r}; it says: {error}"
-        )
+        assert fragment in str(error), f"the refusal of {changes} should say {fragment!r}; it says: {error}"
     return error
 
 
@@ -131,9 +129,7 @@ def test_debugger_on_a_gpu_type_of_unknown_size_is_treated_as_distributed() -> N
 def test_each_way_out_of_the_debugger_refusal_works() -> None:
     distributed: dict[str, Any] = {"profiling": "debugger", "instance_count": 2}
 
-    without_checkpoints = build_training_job_request(
-        job_config(**distributed, checkpointing=False), RUN
-    )
+    without_checkpoints = build_training_job_request(job_config(**distributed, checkpointing=False), RUN)
     builtin = build_training_job_request(job_config(**{**distributed, "profiling": "builtin"}), RUN)
 
     assert "CheckpointConfig" not in without_checkpoints

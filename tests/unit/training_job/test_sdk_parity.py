@@ -62,9 +62,7 @@ EXPLAINED_BY_CASE: dict[str, dict[str, str]] = {
 @functools.cache
 def _session(region: str) -> Session:
     """One SDK session per region (building one creates several boto3 clients: slow)."""
-    boto_session = boto3.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region
-    )
+    boto_session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region)
     client = mock.MagicMock()
     client.create_training_job.return_value = {"TrainingJobArn": "arn:recorded"}
     # No SDK defaults config: with one, the SDK validates it against its JSON schema at every
@@ -103,9 +101,7 @@ def sdk_request(config: JobConfig, run: TrainingRun) -> dict[str, Any]:
                 s3_output_path=config.output_s3_uri,
                 system_monitor_interval_millis=config.profiling_interval_ms,
             ),
-            "rules": [
-                ProfilerRule.sagemaker(getattr(rule_configs, spec.rule)()) for spec in config.rules
-            ],
+            "rules": [ProfilerRule.sagemaker(getattr(rule_configs, spec.rule)()) for spec in config.rules],
         }
     else:
         profiling = {"disable_profiler": True}
@@ -125,9 +121,7 @@ def sdk_request(config: JobConfig, run: TrainingRun) -> dict[str, Any]:
         use_spot_instances=config.use_spot,
         max_wait=config.max_wait_seconds,
         output_path=config.output_s3_uri,
-        checkpoint_s3_uri=(
-            f"{config.checkpoint_base_uri}/{job_name}" if config.checkpointing else None
-        ),
+        checkpoint_s3_uri=(f"{config.checkpoint_base_uri}/{job_name}" if config.checkpointing else None),
         subnets=config.subnets,
         security_group_ids=config.security_group_ids,
         encrypt_inter_container_traffic=config.encrypt_inter_container_traffic,

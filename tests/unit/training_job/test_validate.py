@@ -65,9 +65,7 @@ def test_a_hyperparameter_value_over_2500_characters_is_caught(request_: dict[st
 
 def test_more_than_20_profiler_rules_are_caught(request_: dict[str, Any]) -> None:
     rule = request_["ProfilerRuleConfigurations"][0]
-    request_["ProfilerRuleConfigurations"] = [
-        {**rule, "RuleConfigurationName": f"r{n}"} for n in range(21)
-    ]
+    request_["ProfilerRuleConfigurations"] = [{**rule, "RuleConfigurationName": f"r{n}"} for n in range(21)]
 
     problem_with(request_, "ProfilerRuleConfigurations: 21 entries, at most 20 allowed")
 

@@ -36,9 +36,7 @@ def png(size: tuple[int, int] = SIZE, mode: str = "RGB", **options: Any) -> byte
     return encode(scene(size, mode), "PNG", **options)
 
 
-def mask_image(
-    size: tuple[int, int] = SIZE, fill: int = 0, regions: dict[int, int] | None = None
-) -> Image.Image:
+def mask_image(size: tuple[int, int] = SIZE, fill: int = 0, regions: dict[int, int] | None = None) -> Image.Image:
     """A class-id mask: `fill` everywhere, plus one vertical band per {value: width}."""
     mask = Image.new("L", size, fill)
     left = 0
@@ -48,9 +46,7 @@ def mask_image(
     return mask
 
 
-def mask(
-    size: tuple[int, int] = SIZE, fill: int = 0, regions: dict[int, int] | None = None
-) -> bytes:
+def mask(size: tuple[int, int] = SIZE, fill: int = 0, regions: dict[int, int] | None = None) -> bytes:
     return encode(mask_image(size, fill, regions), "PNG")
 
 
@@ -95,9 +91,7 @@ def filled_png(width: int, height: int) -> bytes:
     row = b"\x00" * (width + 1)
     idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
-    )
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
 def animated_png(size: tuple[int, int] = SIZE) -> bytes:

@@ -111,17 +111,13 @@ def test_json_output_is_one_object_per_item(tmp_path: Path) -> None:
 
 def test_a_file_name_that_is_not_utf8_is_reported_not_crashed_on(tmp_path: Path) -> None:
     batch = folder(tmp_path, good("a"))
-    (batch / "images").joinpath(b"caf\xe9.jpg".decode("utf-8", "surrogateescape")).write_bytes(
-        jpeg()
-    )
+    (batch / "images").joinpath(b"caf\xe9.jpg".decode("utf-8", "surrogateescape")).write_bytes(jpeg())
 
     result = runner.invoke(app, [str(batch), "--json"])
 
     assert result.exit_code == 1
     lines = [json.loads(text) for text in result.stdout.splitlines()]
-    assert [line["reasons"][0]["code"] for line in lines if line["status"] != "valid"] == [
-        "unsafe_name"
-    ]
+    assert [line["reasons"][0]["code"] for line in lines if line["status"] != "valid"] == ["unsafe_name"]
 
 
 @pytest.mark.parametrize(
@@ -141,8 +137,7 @@ def test_usage_errors_exit_2(tmp_path: Path, arguments: list[str]) -> None:
         "missing": tmp_path / "nope",
         "empty": folder(tmp_path / "empty", {"readme.txt": b"x"}),
         "batch": folder(tmp_path / "batch", good("a")),
-        "bad_config": folder(tmp_path / "cfg", {"config.json": b'{"max_pixels": -1}'})
-        / "config.json",
+        "bad_config": folder(tmp_path / "cfg", {"config.json": b'{"max_pixels": -1}'}) / "config.json",
         "only_images": (tmp_path / "only" / "images"),
     }
     places["only_images"].mkdir(parents=True)
@@ -181,9 +176,7 @@ def test_a_ground_truth_manifest_is_read_from_a_local_mirror(tmp_path: Path) -> 
             "type": "groundtruth/semantic-segmentation",
         },
     }
-    manifests = folder(
-        tmp_path / "manifests", {"output.manifest": json.dumps(entry).encode() + b"\n"}
-    )
+    manifests = folder(tmp_path / "manifests", {"output.manifest": json.dumps(entry).encode() + b"\n"})
 
     allowed = [
         "--allow-source",
@@ -234,9 +227,7 @@ def test_a_manifest_with_bytes_that_are_not_utf8_is_reported_not_crashed_on(
     text = json.dumps(entry).encode().replace(b"PLACEHOLDER", b"caf\xe9")
     manifest = folder(tmp_path, {"x.manifest": text})
 
-    result = runner.invoke(
-        app, [str(manifest), "--format", "groundtruth", "--allow-source", "s3://bkt/", "--json"]
-    )
+    result = runner.invoke(app, [str(manifest), "--format", "groundtruth", "--allow-source", "s3://bkt/", "--json"])
 
     assert result.exit_code == 1
     line = json.loads(result.stdout)

@@ -36,9 +36,7 @@ CONFIG = ValidationConfig(
 )
 
 
-def color_mask(
-    colors: dict[tuple[int, int, int], int], size: tuple[int, int] = SIZE
-) -> Image.Image:
+def color_mask(colors: dict[tuple[int, int, int], int], size: tuple[int, int] = SIZE) -> Image.Image:
     """White background plus one vertical band per {color: width}."""
     mask = Image.new("RGB", size, (255, 255, 255))
     left = 0
@@ -88,11 +86,7 @@ class Bucket:
 
 
 def validate(bucket: Bucket, *lines: str, config: ValidationConfig = CONFIG) -> list[PairResult]:
-    return list(
-        validate_manifest(
-            lines, "output.manifest", bucket, config=config, index=InMemoryContentIndex()
-        )
-    )
+    return list(validate_manifest(lines, "output.manifest", bucket, config=config, index=InMemoryContentIndex()))
 
 
 def codes(result: PairResult) -> list[ReasonCode]:
@@ -157,9 +151,7 @@ def test_an_rgba_mask_is_read_by_its_colors(bucket: Bucket) -> None:
         ),
     ],
 )
-def test_a_manifest_line_that_is_no_segmentation_entry(
-    bucket: Bucket, text: str, problem: str
-) -> None:
+def test_a_manifest_line_that_is_no_segmentation_entry(bucket: Bucket, text: str, problem: str) -> None:
     [result] = validate(bucket, text)
 
     assert result.status is Status.INVALID
@@ -263,9 +255,7 @@ def test_a_task_the_worker_left_all_background_labels_nothing(bucket: Bucket) ->
 
 
 def test_a_mask_whose_image_was_deleted_from_the_bucket(bucket: Bucket) -> None:
-    bucket.put(
-        f"s3://{BUCKET}/output/{JOB}/annotations/a.png", encode(color_mask({ROAD: 4}), "PNG")
-    )
+    bucket.put(f"s3://{BUCKET}/output/{JOB}/annotations/a.png", encode(color_mask({ROAD: 4}), "PNG"))
 
     [result] = validate(bucket, line("a"))
 

@@ -97,9 +97,7 @@ def test_an_html_error_page_is_saved_under_an_image_name() -> None:
     assert "3c 21 44 4f" in check.reasons[0].message  # the first bytes, in hex
 
 
-@pytest.mark.parametrize(
-    ("fmt", "name"), [("GIF", "GIF"), ("BMP", "BMP"), ("WEBP", "WEBP"), ("TIFF", "TIFF")]
-)
+@pytest.mark.parametrize(("fmt", "name"), [("GIF", "GIF"), ("BMP", "BMP"), ("WEBP", "WEBP"), ("TIFF", "TIFF")])
 def test_an_image_in_another_format_is_named_png(fmt: str, name: str) -> None:
     check = check_image(encode(scene(), fmt), "images/other.png")
 
@@ -114,9 +112,7 @@ def test_a_jpeg_is_renamed_to_png() -> None:
     assert ".png" in check.reasons[0].message and "JPEG" in check.reasons[0].message
 
 
-@pytest.mark.parametrize(
-    "key", ["images/photo.bmp", "images/photo", "images/photo.jpg.txt", "images/.jpg"]
-)
+@pytest.mark.parametrize("key", ["images/photo.bmp", "images/photo", "images/photo.jpg.txt", "images/.jpg"])
 def test_an_image_with_an_unknown_extension_is_not_opened(key: str) -> None:
     assert only_reason(check_image(jpeg(), key)) is ReasonCode.UNSUPPORTED_EXTENSION
 

@@ -31,9 +31,7 @@ def test_a_class_id_mask_is_counted_per_class() -> None:
 
 
 def test_an_accepted_pair_reports_pixels_per_class_name() -> None:
-    result = validate_pair(
-        jpeg(), "images/a.jpg", mask(fill=255, regions={0: 10, 13: 6}), "labels/a.png"
-    )
+    result = validate_pair(jpeg(), "images/a.jpg", mask(fill=255, regions={0: 10, 13: 6}), "labels/a.png")
 
     assert result.status is Status.VALID
     assert result.class_pixels == {"road": 320, "car": 192}
