@@ -10,6 +10,7 @@ import typer
 from retrain.commands import advise as advise_command
 from retrain.commands import data as data_command
 from retrain.commands import local
+from retrain.commands import package as package_command
 from retrain.commands import plan_job as plan_job_command
 from retrain.commands import synth as synth_command
 from retrain.commands import train as train_command
@@ -28,6 +29,7 @@ app.command(name="train", context_settings=train_command.CONTEXT_SETTINGS)(train
 app.command(name="validate")(validate_command.validate)
 app.command(name="plan-job")(plan_job_command.command)
 app.command(name="advise")(advise_command.command)
+app.command(name="package-trainer")(package_command.command)
 
 
 def main() -> None:

@@ -11,8 +11,10 @@ from functions.common import clients
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_fsx import FSxClient
     from mypy_boto3_logs import CloudWatchLogsClient
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
@@ -28,6 +30,9 @@ class StackClients:
     secretsmanager: SecretsManagerClient
     stepfunctions: SFNClient
     logs: CloudWatchLogsClient
+    # On boto3's default session: their calls reach the offline stack's emulators.
+    fsx: FSxClient
+    sagemaker: SageMakerClient
 
     @classmethod
     def create(cls, *, region: str, endpoint_url: str | None) -> StackClients:
@@ -44,4 +49,6 @@ class StackClients:
             secretsmanager=client("secretsmanager"),
             stepfunctions=client("stepfunctions"),
             logs=client("logs"),
+            fsx=clients.make("fsx", endpoint_url=endpoint_url),
+            sagemaker=clients.make("sagemaker", endpoint_url=endpoint_url),
         )

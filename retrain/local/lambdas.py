@@ -159,6 +159,12 @@ class LambdaRuntime:
             response["FunctionError"] = "Unhandled"
         return response
 
+    def cold_start(self, name: str) -> None:
+        """Forget one function's imported handler and the cached settings (its next call is cold)."""
+        with self._lock:
+            self._handlers.pop(name, None)
+            load_settings.cache_clear()
+
     def cold_start_all(self) -> None:
         """Forget every imported handler, cached setting and client (a new stack starts cold)."""
         with self._lock:

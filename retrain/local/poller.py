@@ -71,9 +71,9 @@ class SqsPoller:
     def add(self, mapping: EventSourceMapping) -> None:
         """Refuse what CreateEventSourceMapping refuses: a visibility timeout below the timeout."""
         visibility = int(
-            self._sqs.get_queue_attributes(
-                QueueUrl=mapping.queue_url, AttributeNames=["VisibilityTimeout"]
-            )["Attributes"]["VisibilityTimeout"]
+            self._sqs.get_queue_attributes(QueueUrl=mapping.queue_url, AttributeNames=["VisibilityTimeout"])[
+                "Attributes"
+            ]["VisibilityTimeout"]
         )
         timeout = self._runtime.spec(mapping.function).timeout_seconds
         if visibility < timeout:
@@ -90,9 +90,7 @@ class SqsPoller:
     def start(self) -> None:
         self._stop.clear()
         for mapping in self._mappings:
-            thread = threading.Thread(
-                target=self._run, args=(mapping,), name=f"poller-{mapping.function}", daemon=True
-            )
+            thread = threading.Thread(target=self._run, args=(mapping,), name=f"poller-{mapping.function}", daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -134,9 +132,7 @@ class SqsPoller:
             chunk = done[start : start + SQS_MAX_RECEIVE]
             self._sqs.delete_message_batch(
                 QueueUrl=mapping.queue_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
-                ],
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)],
             )
         return BatchOutcome(len(messages), frozenset(failed))
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Resource types with nothing to emulate offline (IAM is not enforced by moto).
-IGNORED_TYPES = frozenset({"AWS::IAM::Role", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"})
+# IAM is not enforced offline: policies are left out (a role still answers Ref and GetAtt).
+IGNORED_TYPES = frozenset({"AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"})
 PLACEHOLDER = "${"
 
 
@@ -63,6 +64,10 @@ class ResourceBuilder:
             "AWS::Logs::LogGroup": self._log_group,
             "AWS::Serverless::Function": self._function,
             "AWS::Serverless::StateMachine": self._state_machine,
+            "AWS::IAM::Role": self._role,
+            "AWS::FSx::FileSystem": self._file_system,
+            "AWS::FSx::DataRepositoryAssociation": self._repository_association,
+            "AWS::SageMaker::ModelPackageGroup": self._model_package_group,
         }
 
     def build(self) -> CreatedStack:
@@ -73,9 +78,7 @@ class ResourceBuilder:
                 continue
             creator = self._creators.get(resource_type)
             if creator is None:
-                raise TemplateError(
-                    f"{logical_id} is a {resource_type}, which the offline stack cannot create"
-                )
+                raise TemplateError(f"{logical_id} is a {resource_type}, which the offline stack cannot create")
             properties = self._resolver.resolve(resource.get("Properties", {}))
             created = creator(logical_id, properties)
             if created is not None:
@@ -110,21 +113,16 @@ class ResourceBuilder:
             )
         if "BucketEncryption" in props:
             rules: list[Any] = [
-                _encryption_rule(rule)
-                for rule in props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+                _encryption_rule(rule) for rule in props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
             ]
-            s3.put_bucket_encryption(
-                Bucket=name, ServerSideEncryptionConfiguration={"Rules": rules}
-            )
+            s3.put_bucket_encryption(Bucket=name, ServerSideEncryptionConfiguration={"Rules": rules})
         if "PublicAccessBlockConfiguration" in props:
             s3.put_public_access_block(
                 Bucket=name,
                 PublicAccessBlockConfiguration=props["PublicAccessBlockConfiguration"],
             )
         if "OwnershipControls" in props:
-            s3.put_bucket_ownership_controls(
-                Bucket=name, OwnershipControls=props["OwnershipControls"]
-            )
+            s3.put_bucket_ownership_controls(Bucket=name, OwnershipControls=props["OwnershipControls"])
         queues = props.get("NotificationConfiguration", {}).get("QueueConfigurations", [])
         if queues:
             s3.put_bucket_notification_configuration(
@@ -139,9 +137,7 @@ class ResourceBuilder:
         document = dict(props["PolicyDocument"])
         # moto enforces bucket policies but ignores their conditions, so a conditional Deny
         # (such as "deny unless TLS") would deny everything offline: leave those out here.
-        kept = [
-            s for s in document["Statement"] if not (s["Effect"] == "Deny" and "Condition" in s)
-        ]
+        kept = [s for s in document["Statement"] if not (s["Effect"] == "Deny" and "Condition" in s)]
         if len(kept) < len(document["Statement"]):
             log.info("%s: conditional Deny statements left out offline", logical_id)
         if kept:
@@ -165,9 +161,7 @@ class ResourceBuilder:
 
     def _queue_policy(self, logical_id: str, props: dict[str, Any]) -> None:
         for url in props["Queues"]:
-            self._aws.sqs.set_queue_attributes(
-                QueueUrl=url, Attributes={"Policy": json.dumps(props["PolicyDocument"])}
-            )
+            self._aws.sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(props["PolicyDocument"])})
 
     # ------------------------------------------------------------ DynamoDB --
     def _table(self, logical_id: str, props: dict[str, Any]) -> Created:
@@ -197,12 +191,56 @@ class ResourceBuilder:
             )
         return Created(ref=name, attributes={"Arn": table["TableArn"]})
 
+    # ----------------------------------------------------------------- IAM --
+    def _role(self, logical_id: str, props: dict[str, Any]) -> Created:
+        name = props.get("RoleName") or self._name(logical_id)
+        arn = f"arn:aws:iam::{self._resolver.account_id}:role/{name}"
+        return Created(ref=name, attributes={"Arn": arn, "RoleId": f"AROA{name[:16].upper()}"})
+
+    # ----------------------------------------------------------------- FSx --
+    def _file_system(self, logical_id: str, props: dict[str, Any]) -> Created:
+        lustre = dict(props.get("LustreConfiguration", {}))
+        if "PerUnitStorageThroughput" in lustre:
+            lustre["PerUnitStorageThroughput"] = int(lustre["PerUnitStorageThroughput"])
+        created = self._aws.fsx.create_file_system(
+            FileSystemType=props["FileSystemType"],
+            StorageCapacity=int(props.get("StorageCapacity", 1200)),
+            StorageType=props.get("StorageType", "SSD"),
+            SubnetIds=list(props["SubnetIds"]),
+            SecurityGroupIds=list(props.get("SecurityGroupIds", [])),
+            LustreConfiguration=lustre,  # type: ignore[arg-type]
+        )["FileSystem"]
+        return Created(
+            ref=created["FileSystemId"],
+            attributes={
+                "LustreMountName": created["LustreConfiguration"]["MountName"],
+                "DNSName": created["DNSName"],
+                "ResourceARN": created["ResourceARN"],
+            },
+        )
+
+    def _repository_association(self, logical_id: str, props: dict[str, Any]) -> Created:
+        request: dict[str, Any] = {
+            key: props[key] for key in ("FileSystemId", "FileSystemPath", "DataRepositoryPath", "S3") if key in props
+        }
+        if "BatchImportMetaDataOnCreate" in props:
+            request["BatchImportMetaDataOnCreate"] = str(props["BatchImportMetaDataOnCreate"]).lower() == "true"
+        created = self._aws.fsx.create_data_repository_association(**request)["Association"]
+        return Created(ref=created["AssociationId"], attributes={"AssociationId": created["AssociationId"]})
+
+    # ----------------------------------------------------------- SageMaker --
+    def _model_package_group(self, logical_id: str, props: dict[str, Any]) -> Created:
+        name = props.get("ModelPackageGroupName") or self._name(logical_id)
+        arn = self._aws.sagemaker.create_model_package_group(
+            ModelPackageGroupName=name,
+            ModelPackageGroupDescription=props.get("ModelPackageGroupDescription", ""),
+        )["ModelPackageGroupArn"]
+        return Created(ref=arn, attributes={"ModelPackageGroupArn": arn})
+
     # ----------------------------------------------------------------- SNS --
     def _topic(self, logical_id: str, props: dict[str, Any]) -> Created:
         name = props.get("TopicName") or self._name(logical_id)
-        attributes: dict[str, str] = {
-            key: str(props[key]) for key in ("DisplayName", "KmsMasterKeyId") if key in props
-        }
+        attributes: dict[str, str] = {key: str(props[key]) for key in ("DisplayName", "KmsMasterKeyId") if key in props}
         arn = self._aws.sns.create_topic(Name=name, Attributes=attributes)["TopicArn"]
         return Created(ref=arn, attributes={"TopicArn": arn, "TopicName": name})
 
@@ -229,19 +267,14 @@ class ResourceBuilder:
         name = props.get("LogGroupName") or self._name(logical_id)
         self._aws.logs.create_log_group(logGroupName=name)
         if "RetentionInDays" in props:
-            self._aws.logs.put_retention_policy(
-                logGroupName=name, retentionInDays=int(props["RetentionInDays"])
-            )
+            self._aws.logs.put_retention_policy(logGroupName=name, retentionInDays=int(props["RetentionInDays"]))
         return Created(ref=name, attributes={"Arn": self._arn("logs", f"log-group:{name}:*")})
 
     # ------------------------------------------------------------- Lambda --
     def _function(self, logical_id: str, props: dict[str, Any]) -> Created:
         merged = _with_globals(self._resolver.resolve(self._template.function_globals), props)
         name = merged.get("FunctionName") or self._name(logical_id)
-        environment = {
-            key: str(value)
-            for key, value in merged.get("Environment", {}).get("Variables", {}).items()
-        }
+        environment = {key: str(value) for key, value in merged.get("Environment", {}).get("Variables", {}).items()}
         spec = FunctionSpec(
             logical_id=logical_id,
             name=name,
@@ -270,8 +303,7 @@ class ResourceBuilder:
                     queue_arn=queue_arn,
                     batch_size=int(props.get("BatchSize", 10)),
                     batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
-                    report_batch_item_failures="ReportBatchItemFailures"
-                    in props.get("FunctionResponseTypes", []),
+                    report_batch_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
                 )
             )
         elif kind in {"Schedule", "ScheduleV2"}:
@@ -286,17 +318,14 @@ class ResourceBuilder:
             )
         else:
             raise TemplateError(
-                f"{spec.logical_id}.Events.{event_name} is a {kind} event, "
-                "which the offline stack cannot deliver"
+                f"{spec.logical_id}.Events.{event_name} is a {kind} event, which the offline stack cannot deliver"
             )
 
     # ------------------------------------------------------- Step Functions --
     def _state_machine(self, logical_id: str, props: dict[str, Any]) -> Created:
         name = props.get("Name") or self._name(logical_id)
         definition_path = self._template.path.parent / props["DefinitionUri"]
-        definition = substitute_definition(
-            definition_path, props.get("DefinitionSubstitutions", {})
-        )
+        definition = substitute_definition(definition_path, props.get("DefinitionSubstitutions", {}))
         arn = self._aws.stepfunctions.create_state_machine(
             name=name,
             definition=definition,
@@ -341,17 +370,13 @@ def _queue_notification(config: dict[str, Any]) -> dict[str, Any]:
     notification: dict[str, Any] = {"QueueArn": config["Queue"], "Events": [config["Event"]]}
     rules = config.get("Filter", {}).get("S3Key", {}).get("Rules", [])
     if rules:
-        notification["Filter"] = {
-            "Key": {"FilterRules": [{"Name": r["Name"], "Value": r["Value"]} for r in rules]}
-        }
+        notification["Filter"] = {"Key": {"FilterRules": [{"Name": r["Name"], "Value": r["Value"]} for r in rules]}}
     return notification
 
 
 def _generated_secret(spec: dict[str, Any]) -> str:
     alphabet = string.ascii_letters + string.digits
-    generated = "".join(
-        secrets.choice(alphabet) for _ in range(int(spec.get("PasswordLength", 32)))
-    )
+    generated = "".join(secrets.choice(alphabet) for _ in range(int(spec.get("PasswordLength", 32))))
     template = spec.get("SecretStringTemplate")
     if template is None:
         return generated

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 import urllib.request
@@ -22,13 +24,17 @@ from moto import mock_aws
 from moto.server import ThreadedMotoServer
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
+from functions.common import prefixes
 from retrain.local.clients import StackClients
 from retrain.local.emulators import EmulatorRegistry
+from retrain.local.fsx import FsxEmulator
 from retrain.local.lambdas import LambdaRuntime
 from retrain.local.poller import SqsPoller
 from retrain.local.resources import CreatedStack, ResourceBuilder
 from retrain.local.template import Created, Resolver, TemplateError, load_template
 from retrain.local.ticker import Ticker
+from retrain.local.training import TrainingEmulator
+from retrain.package import build_sourcedir
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +44,12 @@ ACCOUNT_ID = "123456789012"  # moto's default account
 TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 # Offline there are no credentials to protect; botocore still wants some to sign with.
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+# Template parameters that have no default because a deployment must name real resources.
+OFFLINE_PARAMETERS = {
+    "TrainingSubnetIds": "subnet-0ff11e0000000001a,subnet-0ff11e0000000002b",
+    "TrainingSecurityGroupIds": "sg-0ff11e0000000001c",
+}
+LIST_TYPES = ("List<", "CommaDelimitedList")
 
 
 @dataclass
@@ -56,6 +68,13 @@ class StackOptions:
     batching_window_seconds: float | None = None
     # Set for every function, over what the template gives it (a quieter log level, say).
     function_environment: dict[str, str] = field(default_factory=dict)
+    # Where the emulated FSx mounts and training hosts live; None: a temporary folder, removed
+    # when the stack stops.
+    workdir: Path | None = None
+    # Debugger's rule evaluations outlive the training job by this much (tests of the wait).
+    rule_delay_seconds: float = 0.0
+    # Upload the trainer (sourcedir.tar.gz from trainer/) at start, as the deploy flow does.
+    upload_trainer: bool = True
 
 
 class OfflineStack:
@@ -71,33 +90,53 @@ class OfflineStack:
         self._runtime: LambdaRuntime | None = None
         self._poller: SqsPoller | None = None
         self._ticker: Ticker | None = None
+        self._workdir: Path | None = None
+        self._own_workdir = False
+        self.fsx: FsxEmulator | None = None
+        self.training: TrainingEmulator | None = None
 
     # ------------------------------------------------------------ life cycle --
     def start(self) -> OfflineStack:
         options = self.options
         template = load_template(options.template)
         parameters = _parameters(template.parameters, options.parameters)
+        lists = frozenset(
+            name for name, spec in template.parameters.items() if str(spec.get("Type", "")).startswith(LIST_TYPES)
+        )
         try:
             self._start_moto()
+            # First: every client of boto3's default session made from now on reaches them.
+            self.emulators.install()
             aws = StackClients.create(region=options.region, endpoint_url=self.endpoint_url)
-            resolver = Resolver(options.stack_name, options.region, ACCOUNT_ID, parameters)
+            workdir = self._make_workdir()
+            # Before the resources: the template's FSx file system is created by the emulator.
+            self.fsx = FsxEmulator(s3=aws.s3, workdir=workdir / "fsx", region=options.region, account_id=ACCOUNT_ID)
+            self.fsx.register(self.emulators)
+            self.training = TrainingEmulator(
+                s3=aws.s3,
+                logs=aws.logs,
+                workdir=workdir / "sagemaker",
+                region=options.region,
+                account_id=ACCOUNT_ID,
+                resolve_file_system=self.fsx.mount_path,
+                rule_delay_seconds=options.rule_delay_seconds,
+            )
+            self.training.register(self.emulators)
+            resolver = Resolver(options.stack_name, options.region, ACCOUNT_ID, parameters, list_parameters=lists)
             created = ResourceBuilder(template, resolver, aws).build()
+            if options.upload_trainer:
+                self._upload_trainer(aws, created.resources["DataBucket"].ref, workdir)
             base_environment = dict(options.function_environment)
             if self.endpoint_url is not None:
                 base_environment["AWS_ENDPOINT_URL"] = self.endpoint_url
-            runtime = LambdaRuntime(
-                region=options.region, account_id=ACCOUNT_ID, base_environment=base_environment
-            )
+            runtime = LambdaRuntime(region=options.region, account_id=ACCOUNT_ID, base_environment=base_environment)
             for spec in created.functions:
                 environment = {**spec.environment, **options.function_environment}
                 runtime.add(replace(spec, environment=environment))
             runtime.cold_start_all()
             self.emulators.register("lambda", "Invoke", runtime.handle_invoke)
-            self.emulators.install()
             self._aws, self._created, self._runtime = aws, created, runtime
-            self._poller = SqsPoller(
-                aws.sqs, runtime, options.region, window_override=options.batching_window_seconds
-            )
+            self._poller = SqsPoller(aws.sqs, runtime, options.region, window_override=options.batching_window_seconds)
             for mapping in created.mappings:
                 self._poller.add(mapping)
             self._ticker = Ticker(
@@ -118,13 +157,23 @@ class OfflineStack:
         return self
 
     def stop(self) -> None:
-        """Stop everything this stack started, in the order that leaves nothing behind."""
-        if self._ticker is not None:
-            self._ticker.stop()
-        if self._poller is not None:
-            self._poller.stop()
-        if self._aws is not None:
-            self.stop_executions()
+        """Stop everything this stack started, in the order that leaves nothing behind (and moto
+        itself even when a step fails, so the next stack starts blank)."""
+        try:
+            if self._ticker is not None:
+                self._ticker.stop()
+            if self._poller is not None:
+                self._poller.stop()
+            if self._aws is not None:
+                self.stop_executions()
+        finally:
+            self._stop_emulators_and_moto()
+
+    def _stop_emulators_and_moto(self) -> None:
+        if self.training is not None:
+            self.training.stop_all()
+        if self.fsx is not None:
+            self.fsx.stop_all()
         self.emulators.uninstall()
         if self._mock is not None:
             self._mock.stop()
@@ -141,6 +190,29 @@ class OfflineStack:
                 os.environ[name] = value
         self._saved_environment = {}
         self._aws = self._created = self._runtime = self._poller = self._ticker = None
+        self.fsx = self.training = None
+        if self._own_workdir and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+        self._workdir = None
+
+    def _make_workdir(self) -> Path:
+        if self.options.workdir is not None:
+            self._workdir = self.options.workdir
+            self._workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            self._workdir = Path(tempfile.mkdtemp(prefix="retrain-local-"))
+            self._own_workdir = True
+        return self._workdir
+
+    def _upload_trainer(self, aws: StackClients, bucket: str, workdir: Path) -> None:
+        """What `make upload-trainer` does after a deploy: the archive and its sha256."""
+        archive = build_sourcedir(workdir / "code")
+        aws.s3.put_object(
+            Bucket=bucket,
+            Key=prefixes.TRAINER_CODE,
+            Body=archive.path.read_bytes(),
+            Metadata={"sha256": archive.sha256},
+        )
 
     def __enter__(self) -> OfflineStack:
         return self.start()
@@ -162,9 +234,7 @@ class OfflineStack:
             return
         # Werkzeug logs every request; the poller alone makes several a second.
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        server = ThreadedMotoServer(
-            ip_address=self.options.host, port=self.options.port, verbose=False
-        )
+        server = ThreadedMotoServer(ip_address=self.options.host, port=self.options.port, verbose=False)
         server.start()
         self._server = server
         host, port = server.get_host_and_port()
@@ -220,6 +290,13 @@ class OfflineStack:
     def ref(self, logical_id: str) -> str:
         return self.resource(logical_id).ref
 
+    def update_function_environment(self, logical_id: str, **variables: str) -> None:
+        """Change a function's environment, as `aws lambda update-function-configuration` does:
+        the next invocation is a cold start that sees the new variables."""
+        spec = self.runtime.spec(self.ref(logical_id))
+        self.runtime.add(replace(spec, environment={**spec.environment, **variables}))
+        self.runtime.cold_start(spec.name)
+
     # ------------------------------------------------------- executions --
     def wait_for_execution(self, execution_arn: str, timeout: float = 60) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -228,9 +305,7 @@ class OfflineStack:
             if description["status"] in TERMINAL:
                 return dict(description)
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{execution_arn} still {description['status']} after {timeout}s"
-                )
+                raise TimeoutError(f"{execution_arn} still {description['status']} after {timeout}s")
             time.sleep(0.1)
 
     def history(self, execution_arn: str) -> list[dict[str, Any]]:
@@ -244,15 +319,11 @@ class OfflineStack:
         """Stop every running execution and wait for the engine's threads to end."""
         sfn = self.aws.stepfunctions
         for machine in sfn.list_state_machines()["stateMachines"]:
-            running = sfn.list_executions(
-                stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING"
-            )["executions"]
+            running = sfn.list_executions(stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING")[
+                "executions"
+            ]
             for execution in running:
-                sfn.stop_execution(
-                    executionArn=execution["executionArn"],
-                    error="OfflineStackStopped",
-                    cause="the offline stack was stopped",
-                )
+                _stop_execution(sfn, execution["executionArn"])
         deadline = time.monotonic() + timeout
         for thread in list(TMP_THREADS):
             if thread is threading.current_thread():
@@ -264,11 +335,25 @@ class OfflineStack:
                 TMP_THREADS.remove(thread)
 
 
+def _stop_execution(sfn: Any, arn: str) -> None:
+    """StopExecution, patient with moto's engine: an execution started a moment ago has no
+    worker environment yet, and stopping it then raises inside moto (AttributeError)."""
+    for _ in range(50):
+        try:
+            sfn.stop_execution(executionArn=arn, error="OfflineStackStopped", cause="the offline stack was stopped")
+        except AttributeError:
+            time.sleep(0.1)
+        else:
+            return
+    log.warning("could not stop %s: moto's engine never got it going", arn)
+
+
 def _parameters(declared: dict[str, dict[str, Any]], overrides: dict[str, str]) -> dict[str, str]:
     unknown = sorted(set(overrides) - set(declared))
     if unknown:
         raise TemplateError(f"the template has no parameter {', '.join(unknown)}")
     values = {name: str(spec["Default"]) for name, spec in declared.items() if "Default" in spec}
+    values.update({name: value for name, value in OFFLINE_PARAMETERS.items() if name in declared})
     values.update({name: str(value) for name, value in overrides.items()})
     missing = sorted(set(declared) - set(values))
     if missing:

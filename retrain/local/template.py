@@ -78,8 +78,7 @@ class Template:
     def creation_order(self) -> list[str]:
         """Logical ids ordered so that every resource comes after the ones it references."""
         graph = {
-            logical_id: references(resource, self.resources.keys())
-            for logical_id, resource in self.resources.items()
+            logical_id: references(resource, self.resources.keys()) for logical_id, resource in self.resources.items()
         }
         # A function also depends on what the template's Globals section references.
         global_references = references(self.function_globals, self.resources.keys())
@@ -88,9 +87,7 @@ class Template:
         try:
             return list(TopologicalSorter(graph).static_order())
         except CycleError as exc:
-            raise TemplateError(
-                f"resources reference each other in a cycle: {exc.args[1]}"
-            ) from exc
+            raise TemplateError(f"resources reference each other in a cycle: {exc.args[1]}") from exc
 
 
 def load_template(path: Path) -> Template:
@@ -149,6 +146,8 @@ class Resolver:
     account_id: str
     parameters: Mapping[str, str]
     created: dict[str, Created] = field(default_factory=dict)
+    # Parameters of a `List<...>` or `CommaDelimitedList` type: Ref gives a list, as on AWS.
+    list_parameters: frozenset[str] = frozenset()
 
     def pseudo(self, name: str) -> str:
         return {
@@ -159,7 +158,9 @@ class Resolver:
             "AWS::URLSuffix": "amazonaws.com",
         }[name]
 
-    def ref(self, name: str) -> str:
+    def ref(self, name: str) -> Any:
+        if name in self.list_parameters:
+            return [item.strip() for item in str(self.parameters[name]).split(",") if item.strip()]
         if name in self.parameters:
             return str(self.parameters[name])
         if name.startswith("AWS::"):
@@ -222,6 +223,6 @@ class Resolver:
             if "." in name and not name.startswith("AWS::"):
                 logical_id, attribute = name.split(".", 1)
                 return self.get_att(logical_id, attribute)
-            return self.ref(name)
+            return str(self.ref(name))
 
         return _SUB_VARIABLE.sub(substitute, str(text))

@@ -89,9 +89,7 @@ class Ticker:
             "account": self._account_id,
             "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "region": self._region,
-            "resources": [
-                f"arn:aws:events:{self._region}:{self._account_id}:rule/{schedule.rule_name}"
-            ],
+            "resources": [f"arn:aws:events:{self._region}:{self._account_id}:rule/{schedule.rule_name}"],
             "detail": {},
         }
         return self._runtime.invoke(schedule.function, event)
