@@ -8,7 +8,7 @@ TOOLS := .tools
 ASL_VALIDATOR_VERSION := 4.0.0
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-fast lint format typecheck bench validate-template deploy lock clean
+.PHONY: help venv run test test-fast lint format typecheck pr bench validate-template package-trainer upload-trainer deploy lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -42,6 +42,8 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes
 typecheck: $(STAMP) ## mypy (strict) on the code that ships
 	$(BIN)/mypy functions retrain trainer
 
+pr: lint typecheck validate-template test ## Everything CI runs, before you open a pull request
+
 bench: $(STAMP) ## Run the ratio benchmarks (prints name: value lines)
 	@for bench in benchmarks/bench_*.py; do echo "# $$bench"; $(BIN)/python $$bench || exit 1; done
 
@@ -52,8 +54,16 @@ validate-template: $(STAMP) $(TOOLS)/node_modules/.bin/asl-validator ## cfn-lint
 	$(BIN)/cfn-lint template.yaml
 	$(TOOLS)/node_modules/.bin/asl-validator --json-path statemachine/retrain.asl.json
 
-deploy: ## Deploy with AWS SAM (needs sam and AWS credentials)
+package-trainer: $(STAMP) ## Build build/trainer/sourcedir.tar.gz (reproducible; its sha256 beside it)
+	$(BIN)/retrain package-trainer build/trainer
+
+upload-trainer: package-trainer ## Upload the trainer to a deployed stack: make upload-trainer STACK=name
+	@test -n "$(STACK)" || { echo "usage: make upload-trainer STACK=<stack name>"; exit 2; }
+	$(BIN)/retrain package-trainer build/trainer --stack "$(STACK)"
+
+deploy: ## Deploy with AWS SAM, then upload the trainer (needs sam and AWS credentials)
 	sam build && sam deploy --guided
+	@echo "Now: make upload-trainer STACK=<the stack name you chose>"
 
 lock: ## Re-pin every dependency into constraints.txt after changing pyproject.toml
 	$(BIN)/python -m pip freeze --exclude-editable | sed -E 's/\+cpu$$//' > constraints.txt

@@ -22,9 +22,7 @@ from functions.validation import DEFAULT_CONFIG
 
 
 def ledger_and_bucket(settings: LedgerSettings) -> tuple[Ledger, DataBucket]:
-    return Ledger(clients.dynamodb(), settings.ledger_table), DataBucket(
-        clients.s3(), settings.data_bucket
-    )
+    return Ledger(clients.dynamodb(), settings.ledger_table), DataBucket(clients.s3(), settings.data_bucket)
 
 
 def intake(settings: LedgerSettings) -> Intake:
@@ -34,9 +32,7 @@ def intake(settings: LedgerSettings) -> Intake:
 
 
 def idempotency_store(settings: IntakeSettings) -> DynamoDBPersistenceLayer:
-    return DynamoDBPersistenceLayer(
-        table_name=settings.idempotency_table, boto3_client=clients.dynamodb()
-    )
+    return DynamoDBPersistenceLayer(table_name=settings.idempotency_table, boto3_client=clients.dynamodb())
 
 
 def trigger(settings: TriggerSettings) -> Trigger:

@@ -64,17 +64,14 @@ def manifest_path(args: argparse.Namespace) -> Path:
     return path
 
 
-def datasets(
-    args: argparse.Namespace, manifest: Path
-) -> tuple[SegmentationDataset, SegmentationDataset]:
+def datasets(args: argparse.Namespace, manifest: Path) -> tuple[SegmentationDataset, SegmentationDataset]:
     """The train and val splits of the manifest, the first augmented."""
     entries = read_manifest(manifest)
     train_entries = [entry for entry in entries if entry.split == "train"]
     val_entries = [entry for entry in entries if entry.split == "val"]
     if not train_entries or not val_entries:
         raise SystemExit(
-            f"{manifest} has {len(train_entries)} train and {len(val_entries)} val pairs; "
-            "a run needs both"
+            f"{manifest} has {len(train_entries)} train and {len(val_entries)} val pairs; a run needs both"
         )
     base_size = parse_size(args.base_size) if args.base_size else None
     augment = Augment(parse_size(args.crop), args.scale_min, args.scale_max, jitter=args.jitter)
@@ -94,14 +91,8 @@ def loaders(
 ) -> tuple[ResumableDistributedSampler, DataLoader[Any], DataLoader[Any]]:
     """This rank's training sampler and loader, and its val loader (`loader.py`)."""
     cuda = context.device.type == "cuda"
-    train_sampler = ResumableDistributedSampler(
-        train_set, context.world_size, context.rank, seed=args.seed
-    )
-    workers = (
-        args.workers
-        if args.workers >= 0
-        else loader.default_workers(context.local_world_size, accelerator=cuda)
-    )
+    train_sampler = ResumableDistributedSampler(train_set, context.world_size, context.rank, seed=args.seed)
+    workers = args.workers if args.workers >= 0 else loader.default_workers(context.local_world_size, accelerator=cuda)
     loading: dict[str, Any] = {
         "workers": workers,
         # Pinned pages: the host-to-GPU copy can then run asynchronously (non_blocking).
@@ -133,6 +124,16 @@ def init_from(args: argparse.Namespace) -> str | None:
         return None
     if args.init_from:
         return str(args.init_from)
+    return _channel_model()
+
+
+def baseline_model(args: argparse.Namespace) -> str | None:
+    """The accepted model to compare with: --baseline-model, else the `model` channel's, even
+    when training from scratch (the quality gate judges against it either way)."""
+    return str(args.baseline_model) if args.baseline_model else _channel_model()
+
+
+def _channel_model() -> str | None:
     channel = os.environ.get("SM_CHANNEL_MODEL")
     default = Path(channel) / checkpoint.MODEL_FILE if channel else None
     return str(default) if default is not None and default.is_file() else None
@@ -159,9 +160,7 @@ def models(
         bare_model = bare_model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     model: nn.Module = bare_model
     if distributed.is_distributed():
-        model = DistributedDataParallel(
-            bare_model, device_ids=[context.local_rank] if cuda else None
-        )
+        model = DistributedDataParallel(bare_model, device_ids=[context.local_rank] if cuda else None)
     return bare_model, model, channels_last
 
 
@@ -169,9 +168,7 @@ def optimization(
     args: argparse.Namespace, model: nn.Module, steps_per_epoch: int, device: torch.device
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler, Any, torch.dtype | None]:
     """SGD, warm-up + poly schedule, and mixed precision (with a scaler only for fp16)."""
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay
-    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
     total_steps = steps_per_epoch * args.epochs
     warmup = args.warmup_steps if args.warmup_steps >= 0 else default_warmup(total_steps)
     scheduler = torch.optim.lr_scheduler.LambdaLR(

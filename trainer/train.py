@@ -91,9 +91,14 @@ def str2bool(text: str) -> bool:
 def _flag(group: argparse._ArgumentGroup, name: str, default: bool, description: str) -> None:
     """A boolean hyperparameter: `--name true|false` (SageMaker's form), or a bare `--name`."""
     group.add_argument(
-        name, type=str2bool, nargs="?", const=True, default=default, metavar="BOOL",
+        name,
+        type=str2bool,
+        nargs="?",
+        const=True,
+        default=default,
+        metavar="BOOL",
         help=description,
-    )  # fmt: skip
+    )
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -136,7 +141,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     io.add_argument(
         "--baseline-model",
         default=None,
-        help="model.pt of the accepted model, evaluated on the same val split",
+        help="model.pt of the accepted model, evaluated on the same val split "
+        "(default: $SM_CHANNEL_MODEL/model.pt if present)",
     )
     io.add_argument(
         "--classes",
@@ -207,8 +213,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=-1,
-        help="loader workers per process (-1: the process's share of the cores less one on a "
-        "GPU host, 0 on CPU)",
+        help="loader workers per process (-1: the process's share of the cores less one on a GPU host, 0 on CPU)",
     )
     system.add_argument(
         "--prefetch-factor",
@@ -223,9 +228,11 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="JPEG decoder (auto: the fastest installed; Pillow always is)",
     )
     _flag(
-        system, "--time-communication", True,
+        system,
+        "--time-communication",
+        True,
         "time DDP's all-reduces with a communication hook (compute/communication split)",
-    )  # fmt: skip
+    )
     _flag(system, "--deterministic", False, "deterministic kernels (slower on GPUs)")
 
     profiling_flags.add_arguments(parser)
@@ -244,9 +251,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         help="checkpoint whenever this long has passed (0: off)",
     )
     ckpt.add_argument("--keep-checkpoints", type=int, default=2)
-    ckpt.add_argument(
-        "--eval-every", type=int, default=1, help="evaluate every N epochs (and after the last)"
-    )
+    ckpt.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and after the last)")
     ckpt.add_argument("--log-every", type=int, default=20, help="progress line every N steps")
     ckpt.add_argument(
         "--stop-after-steps",
@@ -304,14 +309,8 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
     bare_model, model, channels_last = build.models(args, context, classes, state.init_from)
     # Wraps DDP's own all-reduce, so gradients are averaged exactly as without it.
     comm_timer = timing.attach_timer(model, device) if args.time_communication else None
-    optimizer, scheduler, scaler, amp_dtype = build.optimization(
-        args, model, steps_per_epoch, device
-    )
-    weights = (
-        class_weights(train_set.entries, len(classes))
-        if args.class_weighting == "balanced"
-        else None
-    )
+    optimizer, scheduler, scaler, amp_dtype = build.optimization(args, model, steps_per_epoch, device)
+    weights = class_weights(train_set.entries, len(classes)) if args.class_weighting == "balanced" else None
     criterion = SegmentationLoss(args.aux_weight, weights).to(device)
 
     # --- resume: a restarted job (a spot interruption) continues from the newest checkpoint ---
@@ -322,12 +321,18 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
     newest_name = distributed.broadcast_object(newest.name if newest else None)
     if newest_name is not None:
         state = checkpoint.resume(
-            Path(args.checkpoint_dir) / newest_name, bare_model, optimizer, scheduler, scaler,
-            dataset_version=dataset_version, context=context,
-        )  # fmt: skip
+            Path(args.checkpoint_dir) / newest_name,
+            bare_model,
+            optimizer,
+            scheduler,
+            scaler,
+            dataset_version=dataset_version,
+            context=context,
+        )
 
-    if args.baseline_model and state.baseline is None:
-        state.baseline = _evaluate_baseline(Path(args.baseline_model), val_loader, device, classes)
+    baseline_path = build.baseline_model(args)
+    if baseline_path is not None and state.baseline is None:
+        state.baseline = _evaluate_baseline(Path(baseline_path), val_loader, device, classes)
         if context.is_main:
             print(metric_line(baseline_miou=state.baseline["miou"]), flush=True)
 
@@ -355,21 +360,31 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
     saver = Checkpointer(args, context, dataset_version)
     profiler = profiling_flags.make_profiler(args, context, lineage_info["loader"]).start()
     log.info(
-        "dataset %s: %d train, %d val; %d steps/epoch x %d epochs; %d x %s (%s); "
-        "BiSeNetV2 width %g, %d parameters",
-        dataset_version, len(train_set), len(val_set), steps_per_epoch, args.epochs,
-        context.world_size, device.type, context.backend, args.width,
+        "dataset %s: %d train, %d val; %d steps/epoch x %d epochs; %d x %s (%s); BiSeNetV2 width %g, %d parameters",
+        dataset_version,
+        len(train_set),
+        len(val_set),
+        steps_per_epoch,
+        args.epochs,
+        context.world_size,
+        device.type,
+        context.backend,
+        args.width,
         sum(p.numel() for p in bare_model.parameters()),
-    )  # fmt: skip
+    )
 
     def on_step(step_in_epoch: int, global_step: int, progress: EpochProgress) -> None:
         """After every optimizer step: a checkpoint if one is due, and the test hook's stop."""
         if saver.due(global_step):
             state.step_in_epoch, state.progress = step_in_epoch, progress
             saver.save(
-                state, global_step, model=bare_model, optimizer=optimizer, scheduler=scheduler,
+                state,
+                global_step,
+                model=bare_model,
+                optimizer=optimizer,
+                scheduler=scheduler,
                 scaler=scaler,
-            )  # fmt: skip
+            )
         if args.stop_after_steps and global_step >= args.stop_after_steps:
             # Die as a reclaimed spot instance does: at once, with no cleanup and no final save.
             log.warning("killing this process after %d steps (--stop-after-steps)", global_step)
@@ -377,12 +392,23 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
             os.kill(os.getpid(), signal.SIGKILL)
 
     run = EpochContext(
-        model=model, criterion=criterion, optimizer=optimizer, scheduler=scheduler,
-        scaler=scaler, device=device, data_loader=train_loader, steps=steps_per_epoch,
-        epochs=args.epochs, grad_accum=args.grad_accum, log_every=args.log_every,
-        amp_dtype=amp_dtype, channels_last=channels_last, on_step=on_step,
-        comm_timer=comm_timer, profiler=profiler,
-    )  # fmt: skip
+        model=model,
+        criterion=criterion,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+        device=device,
+        data_loader=train_loader,
+        steps=steps_per_epoch,
+        epochs=args.epochs,
+        grad_accum=args.grad_accum,
+        log_every=args.log_every,
+        amp_dtype=amp_dtype,
+        channels_last=channels_last,
+        on_step=on_step,
+        comm_timer=comm_timer,
+        profiler=profiler,
+    )
 
     # --- train ---
     global_step = state.epoch * steps_per_epoch + state.step_in_epoch
@@ -397,9 +423,7 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
         # Training time spent in this epoch before an interruption, so epoch_seconds is whole.
         seconds_before = progress.train_seconds
 
-        global_step = train_one_epoch(
-            run, epoch, first_step=first_step, global_step=global_step, progress=progress
-        )
+        global_step = train_one_epoch(run, epoch, first_step=first_step, global_step=global_step, progress=progress)
         totals = metrics.reduce_progress(progress, device, context.world_size)
         # Every rank learnt the same verdict in the same step (a broadcast from rank 0).
         stopped_by = profiler.stopped_by
@@ -408,12 +432,14 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
             # The bare module: DDP's forward may broadcast buffers, a collective that would hang
             # when the val shards differ in length.
             confusion = evaluate(
-                bare_model, val_loader, device, len(classes),
-                amp_dtype=amp_dtype, channels_last=channels_last,
-            )  # fmt: skip
-            record = metrics.epoch_record(
-                epoch, totals, optimizer, confusion, classes=classes, steps=steps_per_epoch
+                bare_model,
+                val_loader,
+                device,
+                len(classes),
+                amp_dtype=amp_dtype,
+                channels_last=channels_last,
             )
+            record = metrics.epoch_record(epoch, totals, optimizer, confusion, classes=classes, steps=steps_per_epoch)
             record["epoch_seconds"] = round(time.perf_counter() - epoch_started + seconds_before, 3)
             state.history.append(record)
             if context.is_main:
@@ -424,21 +450,21 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
         # An epoch-end checkpoint too: a restart never redoes a finished epoch or its evaluation.
         state.epoch, state.step_in_epoch, state.progress = epoch + 1, 0, EpochProgress()
         saver.save(
-            state, global_step, model=bare_model, optimizer=optimizer, scheduler=scheduler,
+            state,
+            global_step,
+            model=bare_model,
+            optimizer=optimizer,
+            scheduler=scheduler,
             scaler=scaler,
-        )  # fmt: skip
+        )
         if stopped_by:
-            log.warning(
-                "rule %s stopped the run after epoch %d (--stop-on-rule)", stopped_by, epoch + 1
-            )
+            log.warning("rule %s stopped the run after epoch %d (--stop-on-rule)", stopped_by, epoch + 1)
             break
 
     # --- the model: rank 0 alone writes it; every rank holds the same weights ---
     if context.is_main:
         model_path = Path(args.model_dir) / checkpoint.MODEL_FILE
-        document = checkpoint.model_document(
-            bare_model.state_dict(), width=args.width, classes=classes
-        )
+        document = checkpoint.model_document(bare_model.state_dict(), width=args.width, classes=classes)
         checkpoint.save_atomically(document, model_path)
         metrics.write_metrics(metrics_folders, lineage_info, state, complete=True)
         log.info("model saved to %s; final mIoU %.4f", model_path, state.history[-1]["miou"])
@@ -528,17 +554,25 @@ def train_one_epoch(
         if run.log_every and (step_in_epoch + 1) % run.log_every == 0:
             log.info(
                 "epoch %d/%d step %d/%d loss %.4f lr %.5f stall %.1f%%",
-                epoch + 1, run.epochs, step_in_epoch + 1, run.steps,
+                epoch + 1,
+                run.epochs,
+                step_in_epoch + 1,
+                run.steps,
                 progress.loss_sum / max(1, progress.micro_batches),
                 optimizer.param_groups[0]["lr"],
                 100 * progress.wait_seconds / max(1e-9, progress.train_seconds),
-            )  # fmt: skip
+            )
         run.on_step(step_in_epoch + 1, global_step, progress)
         if profiler is not None:
             profiler.step(
-                step=global_step, epoch=epoch, start=step_clock, data_wait=wait, compute=compute,
-                communication=communication, loss=step_loss,
-            )  # fmt: skip
+                step=global_step,
+                epoch=epoch,
+                start=step_clock,
+                data_wait=wait,
+                compute=compute,
+                communication=communication,
+                loss=step_loss,
+            )
             # A collective when a rule may stop the run: every rank asks after every step.
             if profiler.should_stop():
                 break
@@ -575,9 +609,7 @@ class SegmentationLoss(nn.Module):
         super().__init__()
         self.aux_weight = aux_weight
         self.class_weights: torch.Tensor | None
-        self.register_buffer(
-            "class_weights", torch.tensor(class_weights) if class_weights is not None else None
-        )
+        self.register_buffer("class_weights", torch.tensor(class_weights) if class_weights is not None else None)
 
     def forward(self, outputs: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         # In fp32 even under autocast: a softmax over 19 classes in bf16 loses the small terms.
@@ -587,9 +619,7 @@ class SegmentationLoss(nn.Module):
         return loss
 
     def _cross_entropy(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(
-            logits.float(), labels, weight=self.class_weights, ignore_index=IGNORE_INDEX
-        )
+        return F.cross_entropy(logits.float(), labels, weight=self.class_weights, ignore_index=IGNORE_INDEX)
 
 
 def _evaluate_baseline(
@@ -601,9 +631,7 @@ def _evaluate_baseline(
         raise SystemExit(f"the baseline {path} predicts other classes than this run")
     baseline = BiSeNetV2(len(classes), width=document["width"], aux=False).to(device)
     baseline.load_state_dict(document["state_dict"])
-    confusion = evaluate(
-        baseline, data_loader, device, len(classes), amp_dtype=None, channels_last=False
-    )
+    confusion = evaluate(baseline, data_loader, device, len(classes), amp_dtype=None, channels_last=False)
     log.info("baseline %s: mIoU %.4f", path, confusion.miou())
     return {
         "model": str(path),

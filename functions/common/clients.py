@@ -10,22 +10,30 @@ own session, endpoint or retry budget.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from functions.common.errors import AwsServiceBusyError
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_fsx import FSxClient
     from mypy_boto3_lambda import LambdaClient
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
 
+MAX_ATTEMPTS = 8
 RETRY_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 8},
+    retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
     connect_timeout=5,
     read_timeout=30,
 )
@@ -82,6 +90,16 @@ def stepfunctions() -> SFNClient:
     return client
 
 
+def fsx() -> FSxClient:
+    client: FSxClient = _client("fsx")
+    return client
+
+
+def sagemaker() -> SageMakerClient:
+    client: SageMakerClient = _client("sagemaker")
+    return client
+
+
 def lambda_() -> LambdaClient:
     client: LambdaClient = _client("lambda")
     return client
@@ -90,3 +108,46 @@ def lambda_() -> LambdaClient:
 def reset() -> None:
     """Forget cached clients: a cold start (the offline stack calls it when it starts)."""
     _client.cache_clear()
+
+
+# What botocore's standard mode retries as throttling or transient, plus any 5xx answer.
+_BUSY_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "PriorRequestNotComplete",
+        "EC2ThrottledException",
+        "ServiceUnavailable",
+        "InternalError",
+        "InternalFailure",
+        "InternalServerError",
+    }
+)
+
+
+@contextmanager
+def busy_is_retryable() -> Iterator[None]:
+    """Turn a throttling or 5xx answer that outlived botocore's retries into
+    `AwsServiceBusyError`, which the state machine retries later with backoff; anything else
+    (access denied, validation) passes through unchanged: retrying would not help."""
+    try:
+        yield
+    except ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code in _BUSY_CODES or status >= 500:
+            raise AwsServiceBusyError(
+                f"{error.operation_name}: AWS is busy ({code or status}) after botocore's "
+                f"{MAX_ATTEMPTS} attempts: {error}"
+            ) from error
+        raise

@@ -217,8 +217,7 @@ METRIC_FIELDS: dict[str, str] = {
 }
 
 METRIC_DEFINITIONS: list[MetricDefinition] = [
-    MetricDefinition(name=name, regex=rf"\bMETRIC\b.*?\b{field}={_NUMBER}")
-    for name, field in METRIC_FIELDS.items()
+    MetricDefinition(name=name, regex=rf"\bMETRIC\b.*?\b{field}={_NUMBER}") for name, field in METRIC_FIELDS.items()
 ]
 
 
@@ -233,11 +232,7 @@ def scrape_metrics(log: str) -> dict[str, list[float]]:
     for definition in METRIC_DEFINITIONS:
         pattern = re.compile(definition.regex)
         # SageMaker applies each regex to each log line: one value per line at most.
-        values = [
-            float(match.group(1))
-            for line in log.splitlines()
-            if (match := pattern.search(line)) is not None
-        ]
+        values = [float(match.group(1)) for line in log.splitlines() if (match := pattern.search(line)) is not None]
         if values:
             found[definition.name] = values
     return found

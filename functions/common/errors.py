@@ -1,7 +1,10 @@
 """One error vocabulary for every function.
 
 A Lambda's error name is its exception class, so these names are what the state machine's Retry
-and Catch match, and what SQS redelivery and the DLQ show. Every error the project raises on
+and Catch match, and what SQS redelivery and the DLQ show. The state machine retries by name only
+what can pass (`AwsServiceBusyError`, Lambda's own transient errors); every other error here goes
+to the failure branch at once (a missing dataset version is not retried), and the notifier tells
+"stopped" from "failed" by name (`TrainingJobStoppedError`). Every error the project raises on
 purpose derives from `RetrainError`; the training-job request's own errors are in
 `functions/training_job/errors.py`. Rename one only together with the ASL states that name it.
 """
@@ -35,3 +38,32 @@ class ObjectGoneError(RetrainError):
 
 class ConcurrentUpdateError(RetrainError):
     """Someone else changed the record between our read and our write (retried by SQS)."""
+
+
+# ---- a retraining run: the state machine reacts to each of these by name ----
+class AwsServiceBusyError(RetrainError):
+    """AWS throttled or failed a call beyond botocore's own retries: the state retries later."""
+
+
+class FsxImportFailedError(RetrainError):
+    """The FSx data-repository import ended FAILED or CANCELED: nothing is trained on stale data."""
+
+
+class TrainerCodeMissingError(RetrainError):
+    """The trainer's sourcedir.tar.gz is not where the stack says it is (not uploaded yet?)."""
+
+
+class TrainingJobFailedError(RetrainError):
+    """SageMaker reports the training job Failed; the message carries its FailureReason."""
+
+
+class TrainingJobStoppedError(RetrainError):
+    """The training job was stopped (by a person, or at its MaxRuntime) before it completed."""
+
+
+class TrainingJobOverdueError(RetrainError):
+    """The job ran past every limit it was given (MaxRuntime, spot wait, a grace period)."""
+
+
+class RunArtifactsMissingError(RetrainError):
+    """A completed job's output lacks what evaluation needs (model.tar.gz, metrics.json)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 from urllib.parse import unquote_plus
@@ -48,20 +49,117 @@ def decode_key(raw: str) -> str:
 
 
 class RunInput(BaseModel):
-    """What starts a retraining run: one frozen dataset version."""
+    """What starts a retraining run: one frozen dataset version; the first state is also given
+    the execution's name and start time (the run's identity)."""
 
     model_config = ConfigDict(extra="ignore")
 
     dataset_version: DatasetVersion
+    execution: DatasetVersion | None = None  # $$.Execution.Name: the run's name
+    started_at: datetime | None = None  # $$.Execution.StartTime
+
+
+class AcceptedModel(BaseModel):
+    """`models/accepted.json`: the model runs are compared with and start from."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run: str
+    job_name: str
+    dataset_version: str
+    # SageMaker's artifact (model.tar.gz), pinned by VersionId.
+    model_uri: str
+    model_version_id: str | None = None
+    # The folder holding its model.pt: the next training job's `model` channel.
+    weights_prefix_uri: str
+    miou: float = Field(ge=0.0, le=1.0)
+    per_class_iou: dict[str, float | None] = Field(default_factory=dict)
+    accepted_at: datetime
+    model_package_arn: str | None = None
 
 
 class RunContext(BaseModel):
     """What every later state knows about the run."""
 
+    run: str = ""  # the execution's name; reports go to reports/runs/<run>/
     dataset_version: DatasetVersion
     manifest_uri: str
     manifest_version_id: str | None
     pair_count: int = Field(ge=0)
+    started_at: datetime | None = None
+    # The first wait of every polling loop, in seconds (tests: 0); loops back off from it.
+    poll_seconds: int = Field(default=60, ge=0)
+    # The model this run starts from and is compared with (None: the first run).
+    accepted: AcceptedModel | None = None
+
+
+class SyncState(BaseModel):
+    """The FSx import a run waits for."""
+
+    task_id: str
+    file_system_id: str
+    lifecycle: str
+    done: bool = False
+    wait_seconds: int = Field(ge=0)
+    checks: int = Field(default=0, ge=0)
+    files: int | None = None  # how many objects the import looked at, once it has ended
+
+
+class JobState(BaseModel):
+    """The training job a run waits for, as of the last look."""
+
+    job_name: str
+    job_arn: str
+    status: str  # InProgress | Completed | Failed | Stopping | Stopped
+    secondary_status: str | None = None
+    # "training": the job runs; "rules": it ended, Debugger's rules are still being evaluated;
+    # "done": job and rules have ended.
+    phase: Literal["training", "rules", "done"] = "training"
+    rules_pending: list[str] = Field(default_factory=list)
+    wait_seconds: int = Field(ge=0)
+    checks: int = Field(default=0, ge=0)
+    created_at: datetime | None = None
+    # When to give up waiting: MaxRuntime (+ MaxWait for spot) + a grace period after creation.
+    deadline: datetime | None = None
+    already_existed: bool = False
+
+
+class RunFailure(BaseModel):
+    """What a Catch hands the failure branch: the state that failed and its error."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    state: str = "unknown"
+    error: str = Field(default="Unknown", alias="Error")
+    cause: str = Field(default="", alias="Cause")
+
+    @property
+    def message(self) -> str:
+        """The cause in words: a Lambda's error arrives as JSON (type, message, stack trace)."""
+        try:
+            document = json.loads(self.cause)
+        except ValueError:
+            return self.cause
+        if isinstance(document, dict) and isinstance(document.get("errorMessage"), str):
+            return str(document["errorMessage"])
+        return self.cause
+
+
+class RunState(BaseModel):
+    """The whole state of a run as the failure branch receives it: what got that far."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    dataset_version: str | None = None
+    run: RunContext | None = None
+    sync: SyncState | None = None
+    job: JobState | None = None
+    failed_state: str | None = None
+    error: dict[str, Any] | None = None
+
+    @property
+    def failure(self) -> RunFailure:
+        return RunFailure.model_validate({**(self.error or {}), "state": self.failed_state or "unknown"})
 
 
 class TriggerInput(BaseModel):

@@ -7,7 +7,13 @@ dataset/images|labels/<batch>/<file>         curated pairs (what FSx for Lustre 
 dataset/manifests/<version>.jsonl            frozen dataset versions (+ .purged.json after erasure)
 quarantine/<batch>/<file> + .reason.json     rejected files and why
 reports/<batch>/report.json|md               batch reports
+reports/runs/<run>/                          a run's summary.json, metrics.json, rules.json, report.html
+models/accepted.json                         the accepted model (what the next run starts from)
+models/runs/<run>/model.pt                   each evaluated run's weights (a training job's model channel)
+code/sourcedir.tar.gz                        the trainer as SageMaker receives it
+training/<job>/...                           SageMaker's output: model.tar.gz, output.tar.gz, rule-output/
 ```
+Nothing outside `incoming/` triggers the intake (the bucket notifies on that prefix only).
 Files uploaded straight under `incoming/` (no batch folder) belong to the batch `_unbatched`.
 """
 
@@ -18,6 +24,11 @@ DATASET = "dataset/"
 MANIFESTS = "dataset/manifests/"
 QUARANTINE = "quarantine/"
 REPORTS = "reports/"
+RUN_REPORTS = "reports/runs/"
+MODELS = "models/"
+ACCEPTED_MODEL = "models/accepted.json"
+TRAINER_CODE = "code/sourcedir.tar.gz"
+TRAINING_OUTPUT = "training/"
 
 IMAGES_DIR = "images"
 LABELS_DIR = "labels"
@@ -78,6 +89,15 @@ def report_key(batch: str, name: str) -> str:
     return f"{REPORTS}{batch}/{name}"
 
 
+def run_report_key(run: str, name: str) -> str:
+    return f"{RUN_REPORTS}{run}/{name}"
+
+
+def run_weights_prefix(run: str) -> str:
+    """The folder holding a run's `model.pt`: the next run's model channel (warm start)."""
+    return f"{MODELS}runs/{run}/"
+
+
 def relative_to_batch(key: str) -> str:
     """`incoming/<batch>/images/x.jpg` -> `images/x.jpg`."""
     batch = batch_of(key)
@@ -95,3 +115,9 @@ def pair_folders(batch: str) -> list[str]:
             f"{QUARANTINE}{batch}/{folder}/",
         )
     ]
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """`s3://bucket/some/key` -> (`bucket`, `some/key`)."""
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    return bucket, key

@@ -56,6 +56,33 @@ class TriggerSettings(LedgerSettings):
 class PrepareRunSettings(DataBucketSettings):
     """The first state of a run reads the manifest; the layout comes from `prefixes`."""
 
+    # The first wait of every polling loop of a run (the loops back off from it).
+    poll_seconds: int = Field(default=60, ge=0)
+
+
+class DatasetSyncSettings(DataBucketSettings):
+    file_system_id: str = Field(pattern=r"^fs-[0-9a-f]{8,}$")
+    # An import still running after this long is cancelled and fails the run.
+    import_timeout_seconds: int = Field(default=3 * 3600, ge=60)
+
+
+class TrainingJobSettings(DataBucketSettings):
+    """The job itself is configured by `TRAINING_JOB_*` variables (`functions/training_job`)."""
+
+    # Merged over TRAINING_JOB_HYPERPARAMETERS: the template's free-form JSON of trainer flags.
+    training_extra_hyperparameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+class EvaluateRunSettings(DataBucketSettings):
+    gate_miou_tolerance: float = Field(default=0.01, ge=0.0, le=1.0)
+    gate_class_tolerance: float = Field(default=0.05, ge=0.0, le=1.0)
+    # Where accepted models are registered (PendingManualApproval); empty: not registered.
+    model_package_group: str = ""
+
+
+class NotifySettings(DataBucketSettings):
+    notification_topic_arn: str = Field(min_length=20)
+
 
 SettingsT = TypeVar("SettingsT", bound=FunctionSettings)
 
@@ -67,7 +94,6 @@ def load_settings(settings_class: type[SettingsT]) -> SettingsT:
         return settings_class()
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
-            for error in exc.errors()
+            f"{'.'.join(str(part) for part in error['loc']).upper()}: {error['msg']}" for error in exc.errors()
         )
         raise ConfigurationError(f"{settings_class.__name__} is invalid: {problems}") from exc

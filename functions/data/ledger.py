@@ -136,9 +136,7 @@ class Ledger:
             self._db.update_item(
                 TableName=self._table,
                 Key={"pk": {"S": f"batch#{record.batch}"}, "sk": {"S": "batch"}},
-                UpdateExpression=(
-                    "SET #record = :record, state_pk = :closed, state_sk = :at, revision = :next"
-                ),
+                UpdateExpression=("SET #record = :record, state_pk = :closed, state_sk = :at, revision = :next"),
                 ConditionExpression="revision = :previous",
                 ExpressionAttributeNames={"#record": "record"},
                 ExpressionAttributeValues={

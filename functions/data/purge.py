@@ -83,9 +83,7 @@ class _Subject:
             if f.role is Role.IMAGE and f.sha256
         }
         if self.pair is not None and self.pair.image is not None and self.pair.image.check.sha256:
-            claims.add(
-                (self.pair.image.check.sha256, f"{self.pair.batch}/{self.pair.image.check.key}")
-            )
+            claims.add((self.pair.image.check.sha256, f"{self.pair.batch}/{self.pair.image.check.key}"))
         return sorted(claims)
 
 
@@ -101,9 +99,7 @@ class _ManifestPlan:
 class Purger:
     """Finds every copy of what KEYs name, then erases it (or, dry, says what it would erase)."""
 
-    def __init__(
-        self, ledger: Ledger, s3: S3Client, bucket: str, clock: Callable[[], datetime] = utc_now
-    ) -> None:
+    def __init__(self, ledger: Ledger, s3: S3Client, bucket: str, clock: Callable[[], datetime] = utc_now) -> None:
         self._ledger = ledger
         self._data = DataBucket(s3, bucket)
         self._clock = clock
@@ -132,9 +128,7 @@ class Purger:
             subject.files = [f for f in self._batch_files(batch) if self._is_part(subject, f.key)]
         else:
             subject.files = [f for f in self._batch_files(batch) if f.key == subject.key]
-        named = {f.key for f in subject.files} | {
-            f.destination for f in subject.files if f.destination
-        }
+        named = {f.key for f in subject.files} | {f.destination for f in subject.files if f.destination}
         if subject.key:
             # Where intake sets a stray file aside, whether or not the ledger still says so.
             quarantined = prefixes.quarantine_key(batch, prefixes.relative_to_batch(subject.key))
@@ -224,11 +218,7 @@ class Purger:
 
         def erased(entry: ManifestEntry) -> bool:
             name = entry.image.rpartition("/")[2]
-            return (
-                (entry.batch, stem_of(name)) in pairs
-                or entry.image in paths
-                or entry.label in paths
-            )
+            return (entry.batch, stem_of(name)) in pairs or entry.image in paths or entry.label in paths
 
         every = self._listing(prefixes.MANIFESTS)
         plans = []
@@ -284,15 +274,11 @@ class Purger:
                 }
             )
             self._data.put_json(record_key, record)
-            written = self._data.put_text(
-                plan.key, "".join(f"{line}\n" for line in plan.kept), "application/x-ndjson"
-            )
+            written = self._data.put_text(plan.key, "".join(f"{line}\n" for line in plan.kept), "application/x-ndjson")
         else:
             written = plan.version_id  # only the leftovers of an interrupted purge to clear
         self.forget()
-        stale = [
-            v for v in self._listing(plan.key) if v.key == plan.key and v.version_id != written
-        ]
+        stale = [v for v in self._listing(plan.key) if v.key == plan.key and v.version_id != written]
         if written is not None:
             self.delete(stale)
         return ManifestChange(

@@ -33,9 +33,7 @@ def build_report(batch: str, ledger: Ledger) -> dict[str, Any]:
         "files": dict(Counter(record.status.value for record in files)),
         "pairs": dict(Counter(pair.status.value for pair in pairs)),
         "accepted": sorted(p.stem for p in pairs if p.status is PairStatus.VALID),
-        "rejected": {
-            code: sorted(items, key=lambda i: i["key"]) for code, items in rejected.items()
-        },
+        "rejected": {code: sorted(items, key=lambda i: i["key"]) for code, items in rejected.items()},
         "duplicates": sorted(
             (
                 {"key": r.key, "original": r.duplicate_of or ""}
@@ -62,8 +60,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Batch {report['batch']}",
         "",
-        f"Status: {report['status']}"
-        + (f" (closed by {report['closed_by']})" if report["closed_by"] else ""),
+        f"Status: {report['status']}" + (f" (closed by {report['closed_by']})" if report["closed_by"] else ""),
         "",
         "| outcome | files |",
         "|---|---|",
@@ -94,8 +91,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             "|---|---|---|",
         ]
         lines += [
-            f"| {name} | {count} | {100 * count / total:.1f} % |"
-            for name, count in report["class_pixels"].items()
+            f"| {name} | {count} | {100 * count / total:.1f} % |" for name, count in report["class_pixels"].items()
         ]
     return "\n".join(lines) + "\n"
 
@@ -103,7 +99,5 @@ def render_markdown(report: dict[str, Any]) -> str:
 def write_report(batch: str, ledger: Ledger, bucket: DataBucket) -> dict[str, Any]:
     report = build_report(batch, ledger)
     bucket.put_json(prefixes.report_key(batch, "report.json"), report)
-    bucket.put_text(
-        prefixes.report_key(batch, "report.md"), render_markdown(report), "text/markdown"
-    )
+    bucket.put_text(prefixes.report_key(batch, "report.md"), render_markdown(report), "text/markdown")
     return report

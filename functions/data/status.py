@@ -128,9 +128,7 @@ def data_status(
 
 def _manifest_listing(s3: S3Client, bucket: str) -> list[DatasetVersionSummary]:
     objects: list[dict[str, Any]] = []
-    for page in s3.get_paginator("list_objects_v2").paginate(
-        Bucket=bucket, Prefix=prefixes.MANIFESTS
-    ):
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefixes.MANIFESTS):
         objects += [dict(item) for item in page.get("Contents", [])]
     keys = {item["Key"] for item in objects}
     found = [

@@ -66,15 +66,11 @@ class DataBucket:
 
     def put_json(self, key: str, document: Any) -> None:
         body = json.dumps(document, indent=2, ensure_ascii=False, default=str)
-        self._s3.put_object(
-            Bucket=self.name, Key=key, Body=body.encode(), ContentType="application/json"
-        )
+        self._s3.put_object(Bucket=self.name, Key=key, Body=body.encode(), ContentType="application/json")
 
     def put_text(self, key: str, text: str, content_type: str) -> str | None:
         """Write `text`; the VersionId written."""
-        response = self._s3.put_object(
-            Bucket=self.name, Key=key, Body=text.encode(), ContentType=content_type
-        )
+        response = self._s3.put_object(Bucket=self.name, Key=key, Body=text.encode(), ContentType=content_type)
         return response.get("VersionId")
 
     def get_json(self, key: str) -> Any:
@@ -96,9 +92,7 @@ class DataBucket:
     def versions(self, prefix: str) -> list[ObjectVersion]:
         """Every version and delete marker under `prefix`."""
         found: list[ObjectVersion] = []
-        pages = self._s3.get_paginator("list_object_versions").paginate(
-            Bucket=self.name, Prefix=prefix
-        )
+        pages = self._s3.get_paginator("list_object_versions").paginate(Bucket=self.name, Prefix=prefix)
         for page in pages:
             for kind, marker in (("Versions", False), ("DeleteMarkers", True)):
                 found += [

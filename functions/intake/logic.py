@@ -142,9 +142,7 @@ class Intake:
         body, _ = self.bucket.read(obj.key, pinned, self.config.max_file_bytes)
         check = (check_image if role is Role.IMAGE else check_label)(body, relative, self.config)
         # Even a broken file joins its pair: its partner must learn that it was rejected.
-        return self._pair_up(
-            batch, kind.stem, role, Side(key=obj.key, version=version, check=check)
-        )
+        return self._pair_up(batch, kind.stem, role, Side(key=obj.key, version=version, check=check))
 
     # ------------------------------------------------------------ batches --
     def _touch(self, batch: str) -> None:
@@ -152,18 +150,14 @@ class Intake:
         self.ledger.touch_batch(batch, self.clock())
         self.touched.add(batch)
 
-    def sweep(
-        self, now: datetime, *, quiet_for: timedelta, incomplete_after: timedelta
-    ) -> SweepResult:
+    def sweep(self, now: datetime, *, quiet_for: timedelta, incomplete_after: timedelta) -> SweepResult:
         """Close batches quiet for `quiet_for`; give up on files alone for `incomplete_after`."""
         for batch in self.ledger.open_batches_quiet_since(now - quiet_for):
             self._close(batch.batch, "quiet period")
         stale = self.ledger.pending_pairs_seen_before(now - incomplete_after)
         for pair in stale:
             self.expire(pair)
-        return SweepResult(
-            closed=sorted(self.newly_closed), incomplete=len(stale), reported=self.report_closed()
-        )
+        return SweepResult(closed=sorted(self.newly_closed), incomplete=len(stale), reported=self.report_closed())
 
     def report_closed(self) -> list[str]:
         """Rewrite the report of every closed batch this invocation touched; those batches."""
@@ -188,18 +182,11 @@ class Intake:
             partner = "label" if role is Role.IMAGE else "image"
             reason = Reason(
                 code=code,
-                message=(
-                    f"no {partner} arrived for {side.check.key} "
-                    f"since {pair.first_seen:%Y-%m-%d %H:%M} UTC"
-                ),
+                message=(f"no {partner} arrived for {side.check.key} since {pair.first_seen:%Y-%m-%d %H:%M} UTC"),
                 key=side.check.key,
             )
-            self._quarantine(
-                pair.batch, side.key, side.version, [reason], role=role, check=side.check
-            )
-        self.ledger.put_pair(
-            pair.model_copy(update={"status": PairStatus.INCOMPLETE}), revision + 1
-        )
+            self._quarantine(pair.batch, side.key, side.version, [reason], role=role, check=side.check)
+        self.ledger.put_pair(pair.model_copy(update={"status": PairStatus.INCOMPLETE}), revision + 1)
         self.touched.add(pair.batch)
 
     def _close(self, batch: str, reason: str) -> None:
@@ -250,9 +237,7 @@ class Intake:
                     check=side.check,
                 )
                 return FileStatus.QUARANTINED
-            self._record(
-                batch, side.key, side.version, FileStatus.PENDING, role=role, check=side.check
-            )
+            self._record(batch, side.key, side.version, FileStatus.PENDING, role=role, check=side.check)
             return FileStatus.PENDING
         pair = self._judge(pair, arrived=side)
         self.ledger.put_pair(pair, revision + 2)
@@ -269,9 +254,7 @@ class Intake:
         )
         if result.status is Status.VALID:
             return self._curate(pair, result)
-        status = (
-            FileStatus.DUPLICATE if result.status is Status.DUPLICATE else FileStatus.QUARANTINED
-        )
+        status = FileStatus.DUPLICATE if result.status is Status.DUPLICATE else FileStatus.QUARANTINED
         for role, side in ((Role.IMAGE, pair.image), (Role.LABEL, pair.label)):
             if side != arrived and side.check.reasons:
                 continue  # quarantined when it arrived, broken on its own

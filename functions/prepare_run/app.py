@@ -17,6 +17,12 @@ logger, tracer, metrics = observability.for_function()
 @tracer.capture_lambda_handler
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = load_settings(PrepareRunSettings)
-    run = prepare_run(parse_run_input(event), s3=clients.s3(), bucket=settings.data_bucket)
-    logger.info("run prepared", extra=run.model_dump())
-    return run.model_dump()
+    with clients.busy_is_retryable():
+        run = prepare_run(
+            parse_run_input(event),
+            s3=clients.s3(),
+            bucket=settings.data_bucket,
+            poll_seconds=settings.poll_seconds,
+        )
+    logger.info("run prepared", extra=run.model_dump(mode="json"))
+    return run.model_dump(mode="json")

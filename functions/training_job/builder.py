@@ -113,8 +113,7 @@ def build_training_job_request(config: JobConfig, run: TrainingRun) -> dict[str,
     code_uri = run.code_s3_uri or config.code_s3_uri
     if code_uri is None:
         raise JobConfigurationError(
-            "no trainer code: set code_s3_uri (the s3:// URI of sourcedir.tar.gz) in the "
-            "configuration or the run"
+            "no trainer code: set code_s3_uri (the s3:// URI of sourcedir.tar.gz) in the configuration or the run"
         )
     job_name = training_job_name(config, run)
     image = training_image(config)
@@ -166,9 +165,7 @@ def build_training_job_request(config: JobConfig, run: TrainingRun) -> dict[str,
     return request
 
 
-def start_training_job(
-    request: dict[str, Any], *, sagemaker: SageMakerClient
-) -> StartedTrainingJob:
+def start_training_job(request: dict[str, Any], *, sagemaker: SageMakerClient) -> StartedTrainingJob:
     """Send the request; a retry that finds its own job (same name and hyperparameters) succeeds."""
     name = request["TrainingJobName"]
     try:
@@ -180,15 +177,11 @@ def start_training_job(
         # Same name and same hyperparameters: the job an earlier attempt of this state created.
         if existing.get("HyperParameters") != request.get("HyperParameters"):
             raise
-        return StartedTrainingJob(
-            job_name=name, job_arn=existing["TrainingJobArn"], already_existed=True
-        )
+        return StartedTrainingJob(job_name=name, job_arn=existing["TrainingJobArn"], already_existed=True)
     return StartedTrainingJob(job_name=name, job_arn=created["TrainingJobArn"])
 
 
-def _hyperparameters(
-    config: JobConfig, run: TrainingRun, job_name: str, code_uri: str
-) -> dict[str, str]:
+def _hyperparameters(config: JobConfig, run: TrainingRun, job_name: str, code_uri: str) -> dict[str, str]:
     """Trainer flags, then the `sagemaker_*` parameters the PyTorch container reads, all
     JSON-encoded as the SDK v2 sends them."""
     values: dict[str, str | int | float | bool] = {
@@ -289,10 +282,7 @@ def _tags(config: JobConfig, run: TrainingRun) -> list[dict[str, str]]:
     if run.code_sha256 is not None:
         tags[TAG_CODE_SHA256] = run.code_sha256
     # A dataset version may hold characters a tag value may not (`!`, `(`): replaced, not refused.
-    return [
-        {"Key": key, "Value": _NOT_IN_TAG.sub("_", value)[:MAX_TAG_VALUE]}
-        for key, value in tags.items()
-    ]
+    return [{"Key": key, "Value": _NOT_IN_TAG.sub("_", value)[:MAX_TAG_VALUE]} for key, value in tags.items()]
 
 
 def _kms(section: dict[str, Any], key_id: str | None, *, key: str = "KmsKeyId") -> dict[str, Any]:

@@ -92,18 +92,12 @@ class ProfilerRuleSpec(BaseModel):
         if rule is None:
             return value
         if rule == PROFILER_REPORT:
-            known = {
-                f"{sub}_{name}"
-                for sub, defaults in PROFILER_RULE_DEFAULTS.items()
-                for name in defaults
-            }
+            known = {f"{sub}_{name}" for sub, defaults in PROFILER_RULE_DEFAULTS.items() for name in defaults}
         else:
             known = set(PROFILER_RULE_DEFAULTS[rule])
         unknown = sorted(set(value) - known)
         if unknown:
-            raise ValueError(
-                f"{rule} has no parameter {', '.join(unknown)} (known: {', '.join(sorted(known))})"
-            )
+            raise ValueError(f"{rule} has no parameter {', '.join(unknown)} (known: {', '.join(sorted(known))})")
         return value
 
 
@@ -185,16 +179,13 @@ class JobConfig(BaseModel):
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
             raise ValueError(
-                f"rule configuration names must differ; {', '.join(repeated)} appears twice "
-                "(give one a `name`)"
+                f"rule configuration names must differ; {', '.join(repeated)} appears twice (give one a `name`)"
             )
         return value
 
     @field_validator("hyperparameters")
     @classmethod
-    def _hyperparameters_we_may_send(
-        cls, value: dict[str, HyperparameterValue]
-    ) -> dict[str, HyperparameterValue]:
+    def _hyperparameters_we_may_send(cls, value: dict[str, HyperparameterValue]) -> dict[str, HyperparameterValue]:
         problems: list[str] = []
         for key, item in value.items():
             if key.startswith("sagemaker_"):
@@ -215,9 +206,7 @@ class JobConfig(BaseModel):
 
     @property
     def checkpoint_base_uri(self) -> str:
-        return (self.checkpoint_s3_uri or f"{self.output_s3_uri.rstrip('/')}/checkpoints").rstrip(
-            "/"
-        )
+        return (self.checkpoint_s3_uri or f"{self.output_s3_uri.rstrip('/')}/checkpoints").rstrip("/")
 
 
 def encode_hyperparameter(value: HyperparameterValue) -> str:
@@ -252,9 +241,7 @@ def parse_job_config(values: Mapping[str, Any]) -> JobConfig:
     try:
         return JobConfig.model_validate(values)
     except ValidationError as exc:
-        raise JobConfigurationError(
-            [_describe(error) for error in exc.errors(include_url=False)]
-        ) from exc
+        raise JobConfigurationError([_describe(error) for error in exc.errors(include_url=False)]) from exc
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -279,9 +266,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise JobConfigFileError(
-            f"{path} must hold a mapping of settings, not {type(data).__name__}"
-        )
+        raise JobConfigFileError(f"{path} must hold a mapping of settings, not {type(data).__name__}")
     return data
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from functions.common.prefixes import split_s3_uri
 from functions.common.rules import RuleResult, RulesFile, RuleStatus
 from functions.training_job.errors import DebuggerResultsError
 
@@ -97,16 +98,14 @@ RECOMMENDATIONS: dict[str, str] = {
         ".item(), say) before it runs out."
     ),
     "BatchSize": (
-        "CPUs, GPUs and GPU memory were all lightly used: raise the batch size or choose a smaller "
-        "instance type."
+        "CPUs, GPUs and GPU memory were all lightly used: raise the batch size or choose a smaller instance type."
     ),
     "LoadBalancing": (
         "The GPUs of a host did unequal work: check that every rank gets the same share of data "
         "and that each process drives one GPU."
     ),
     "MaxInitializationTime": (
-        "Training took long to reach its first step: check data mounting, downloads and set-up "
-        "before the loop."
+        "Training took long to reach its first step: check data mounting, downloads and set-up before the loop."
     ),
     "Dataloader": (
         "The number of data-loader processes does not fit the CPU count: set --workers near the "
@@ -155,18 +154,10 @@ class DescribedTrainingJob(BaseModel):
     job_name: str = Field(alias="TrainingJobName")
     job_status: str = Field(alias="TrainingJobStatus")
     output: _OutputDataConfig = Field(alias="OutputDataConfig")
-    profiler_rules: list[_RuleConfiguration] = Field(
-        default_factory=list, alias="ProfilerRuleConfigurations"
-    )
-    profiler_statuses: list[_RuleEvaluation] = Field(
-        default_factory=list, alias="ProfilerRuleEvaluationStatuses"
-    )
-    debug_rules: list[_RuleConfiguration] = Field(
-        default_factory=list, alias="DebugRuleConfigurations"
-    )
-    debug_statuses: list[_RuleEvaluation] = Field(
-        default_factory=list, alias="DebugRuleEvaluationStatuses"
-    )
+    profiler_rules: list[_RuleConfiguration] = Field(default_factory=list, alias="ProfilerRuleConfigurations")
+    profiler_statuses: list[_RuleEvaluation] = Field(default_factory=list, alias="ProfilerRuleEvaluationStatuses")
+    debug_rules: list[_RuleConfiguration] = Field(default_factory=list, alias="DebugRuleConfigurations")
+    debug_statuses: list[_RuleEvaluation] = Field(default_factory=list, alias="DebugRuleEvaluationStatuses")
 
     def rule_output_uri(self, configuration_name: str) -> str:
         """Where SageMaker puts a rule's output when its configuration names no S3OutputPath."""
@@ -205,9 +196,7 @@ def describe_job(describe: Mapping[str, Any]) -> DescribedTrainingJob:
     try:
         return DescribedTrainingJob.model_validate(describe)
     except ValidationError as exc:
-        raise DebuggerResultsError(
-            f"not a DescribeTrainingJob response: {exc.errors(include_url=False)}"
-        ) from exc
+        raise DebuggerResultsError(f"not a DescribeTrainingJob response: {exc.errors(include_url=False)}") from exc
 
 
 def normalise_debugger_results(
@@ -245,9 +234,7 @@ def normalise_debugger_results(
                 report,
                 parameters=parameters,
                 detail=evaluation.details,
-                report_uri=(
-                    job.profiler_report_uri if report else job.rule_output_uri(evaluation.name)
-                ),
+                report_uri=(job.profiler_report_uri if report else job.rule_output_uri(evaluation.name)),
             )
         )
 
@@ -294,9 +281,7 @@ def normalise_debugger_results(
 
 def read_profiler_reports(s3: S3Client, describe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Every `profiler-reports/<Rule>.json` of the job, by rule name (none yet: empty)."""
-    bucket, _, prefix = (
-        describe_job(describe).profiler_reports_uri.removeprefix("s3://").partition("/")
-    )
+    bucket, prefix = split_s3_uri(describe_job(describe).profiler_reports_uri)
     reports: dict[str, dict[str, Any]] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):
@@ -317,8 +302,7 @@ def _report(name: str, content: Mapping[str, Any]) -> DebuggerRuleReport:
         return DebuggerRuleReport.model_validate(content)
     except ValidationError as exc:
         raise DebuggerResultsError(
-            f"the Debugger report of {name} does not have the documented shape: "
-            f"{exc.errors(include_url=False)}"
+            f"the Debugger report of {name} does not have the documented shape: {exc.errors(include_url=False)}"
         ) from exc
 
 

@@ -113,9 +113,7 @@ def processor_for(instance_type: str) -> Processor:
     return "gpu" if family[:1] in {"p", "g"} else "cpu"
 
 
-def training_image_uri(
-    region: str, framework_version: str, py_version: str, processor: Processor
-) -> str:
+def training_image_uri(region: str, framework_version: str, py_version: str, processor: Processor) -> str:
     """AWS's PyTorch training image for the region, torch version, Python version and processor."""
     account = PYTORCH_TRAINING_ACCOUNTS.get(region)
     if account is None:
@@ -131,8 +129,7 @@ def training_image_uri(
         )
     if py_version != expected_py:
         raise JobConfigurationError(
-            f"AWS builds the PyTorch {framework_version} training image for {expected_py} only, "
-            f"not {py_version}"
+            f"AWS builds the PyTorch {framework_version} training image for {expected_py} only, not {py_version}"
         )
     repository = f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/pytorch-training"
     return f"{repository}:{framework_version}-{processor}-{py_version}"
@@ -147,3 +144,12 @@ def rule_evaluator_image_uri(region: str) -> str:
             "profiling 'debugger' cannot run there: use profiling 'builtin'"
         )
     return f"{account}.dkr.ecr.{region}.{ecr_domain(region)}/sagemaker-debugger-rules:latest"
+
+
+def inference_image_uri(region: str, framework_version: str, py_version: str, processor: Processor) -> str:
+    """AWS's PyTorch inference image matching a training image: what a registered model names.
+
+    AWS publishes `pytorch-inference` from the same registry account as `pytorch-training`.
+    """
+    training = training_image_uri(region, framework_version, py_version, processor)
+    return training.replace("/pytorch-training:", "/pytorch-inference:")

@@ -50,11 +50,7 @@ GPUS_PER_INSTANCE: dict[str, int] = {
     "ml.g4dn.8xlarge": 1,
     "ml.g4dn.16xlarge": 1,
     "ml.g4dn.12xlarge": 4,
-    **{
-        f"ml.{family}.{size}": gpus
-        for family in ("g5", "g6", "g6e")
-        for size, gpus in _G_SIZES.items()
-    },
+    **{f"ml.{family}.{size}": gpus for family in ("g5", "g6", "g6e") for size, gpus in _G_SIZES.items()},
 }
 
 

@@ -38,9 +38,7 @@ def request_problems(request: Mapping[str, Any]) -> list[str]:
     shape = create_training_job_shape()
     report = ParamValidator().validate(dict(request), shape)
     problems = report.generate_report().splitlines() if report.has_errors() else []
-    return [line.strip() for line in problems if line.strip()] + service_side_problems(
-        request, shape
-    )
+    return [line.strip() for line in problems if line.strip()] + service_side_problems(request, shape)
 
 
 def check_request(request: Mapping[str, Any]) -> None:

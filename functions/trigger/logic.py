@@ -65,8 +65,7 @@ def decide(
     if waited >= policy.max_delay_seconds:
         return Decision(
             True,
-            f"{count} new pairs, the oldest waiting {waited:.0f} s "
-            f"(delay {policy.max_delay_seconds} s)",
+            f"{count} new pairs, the oldest waiting {waited:.0f} s (delay {policy.max_delay_seconds} s)",
             count,
         )
     return Decision(
@@ -113,24 +112,29 @@ class Trigger:
         if not decision.start:
             return TriggerOutcome(started=None, reason=decision.reason)
         entries = [self._entry(pair) for pair in sorted(curated, key=lambda p: (p.batch, p.stem))]
+        splits = {entry.split for entry in entries}
+        if splits != {"train", "val"}:
+            # A model can be neither trained nor judged without both: wait for more data.
+            missing = "validation" if "val" not in splits else "training"
+            return TriggerOutcome(
+                started=None,
+                reason=f"{decision.reason}, but no pair is in the {missing} split yet "
+                f"(val_fraction {self.policy.val_fraction}): waiting for more data",
+            )
         version = _version_name(now, entries)
         expires = now + timedelta(seconds=self.policy.lock_ttl_seconds)
         if not self.ledger.acquire_lock(
             LockRecord(holder=version, acquired_at=now, expires_at=expires), replacing=lock
         ):
             return TriggerOutcome(started=None, reason="another trigger took the lock first")
-        self.bucket.put_text(
-            prefixes.manifest_key(version), dump_manifest(entries), "application/x-ndjson"
-        )
+        self.bucket.put_text(prefixes.manifest_key(version), dump_manifest(entries), "application/x-ndjson")
         self._start(version)
         # Marked once the run exists: a crash before this re-offers the pairs, never loses them.
         for pair in new:
             found = self.ledger.pair(pair.batch, pair.stem)
             if found is not None:
                 record, revision = found
-                self.ledger.put_pair(
-                    record.model_copy(update={"dataset_version": version}), revision + 1
-                )
+                self.ledger.put_pair(record.model_copy(update={"dataset_version": version}), revision + 1)
         return TriggerOutcome(started=version, reason=decision.reason)
 
     def release(self, holder: str) -> bool:
@@ -140,9 +144,7 @@ class Trigger:
         if now >= lock.expires_at:
             return False
         try:
-            status = self.sfn.describe_execution(executionArn=self._execution_arn(lock.holder))[
-                "status"
-            ]
+            status = self.sfn.describe_execution(executionArn=self._execution_arn(lock.holder))["status"]
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
                 return False  # the trigger died between taking the lock and starting the run
@@ -176,9 +178,7 @@ class Trigger:
             image_version_id=pair.image_destination_version,
             label_version_id=pair.label_destination_version,
             split=split_for(pair.image.check.sha256, self.policy.val_fraction),
-            class_pixels={
-                ids[name]: count for name, count in pair.class_pixels.items() if name in ids
-            },
+            class_pixels={ids[name]: count for name, count in pair.class_pixels.items() if name in ids},
             batch=pair.batch,
         )
 
@@ -187,7 +187,5 @@ def _version_name(now: datetime, entries: list[ManifestEntry]) -> str:
     """`ds-<UTC time>-<content hash>`: a valid execution name that says when and what."""
     digest = hashlib.sha256()
     for entry in entries:
-        digest.update(
-            f"{entry.image}@{entry.image_version_id}:{entry.label}@{entry.label_version_id}\n".encode()
-        )
+        digest.update(f"{entry.image}@{entry.image_version_id}:{entry.label}@{entry.label_version_id}\n".encode())
     return f"ds-{now:%Y%m%d-%H%M%S}-{digest.hexdigest()[:8]}"

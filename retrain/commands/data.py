@@ -34,9 +34,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
 
-app = typer.Typer(
-    help="Look at the intake's data, and erase images on request.", no_args_is_help=True
-)
+app = typer.Typer(help="Look at the intake's data, and erase images on request.", no_args_is_help=True)
 console = Console()
 errors = Console(stderr=True)
 
@@ -48,9 +46,7 @@ EndpointOption = Annotated[
     str | None,
     typer.Option(help="AWS endpoint, e.g. the offline stack's (`retrain local up` prints it)."),
 ]
-BucketOption = Annotated[
-    str | None, typer.Option(envvar="DATA_BUCKET", help="The data bucket.", show_default=False)
-]
+BucketOption = Annotated[str | None, typer.Option(envvar="DATA_BUCKET", help="The data bucket.", show_default=False)]
 LedgerOption = Annotated[
     str | None,
     typer.Option(envvar="LEDGER_TABLE", help="The ledger's DynamoDB table.", show_default=False),
@@ -125,12 +121,8 @@ def status(
     ledger_table: LedgerOption = None,
     region: RegionOption = None,
     as_json: JsonOption = False,
-    batches: Annotated[
-        int, typer.Option(min=0, help="Show the N most recently active batches (0: all).")
-    ] = 20,
-    versions: Annotated[
-        int, typer.Option(min=0, help="Show the N newest dataset versions (0: all).")
-    ] = 5,
+    batches: Annotated[int, typer.Option(min=0, help="Show the N most recently active batches (0: all).")] = 20,
+    versions: Annotated[int, typer.Option(min=0, help="Show the N newest dataset versions (0: all).")] = 5,
 ) -> None:
     """Batches and what became of their files, pairs waiting for a partner, the retraining
     lock, and the newest dataset versions."""
@@ -187,8 +179,7 @@ def _print_status(found: DataStatus) -> None:
         if lock.expired:
             state = "[yellow]expired[/yellow] (the next trigger takes it over)"
         console.print(
-            f"Lock: {state} by {lock.holder}, acquired {_when(lock.acquired_at)}, "
-            f"expires {_when(lock.expires_at)}",
+            f"Lock: {state} by {lock.holder}, acquired {_when(lock.acquired_at)}, expires {_when(lock.expires_at)}",
             soft_wrap=True,
         )
     if not found.dataset_versions:
@@ -225,9 +216,7 @@ def purge_command(
     ledger_table: LedgerOption = None,
     region: RegionOption = None,
     as_json: JsonOption = False,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Say what would be erased; change nothing.")
-    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be erased; change nothing.")] = False,
 ) -> None:
     """Erase images and their labels everywhere, for erasure requests: every S3 version of the
     landing, curated and quarantine copies, the ledger's items, and their manifest lines.
@@ -270,8 +259,7 @@ def _print_purge(report: PurgeReport) -> None:
         lines = len(change.entries_removed)
         console.print(
             f"Manifest {change.manifest}: {lines} lines taken out (listed in {change.record}), "
-            f"{change.versions_deleted} older versions deleted"
-            + (" (would be)" if report.dry_run else ""),
+            f"{change.versions_deleted} older versions deleted" + (" (would be)" if report.dry_run else ""),
             soft_wrap=True,
         )
     rewritten = "would be rewritten" if report.dry_run else "rewritten"

@@ -78,11 +78,7 @@ def up(
     param: ParamOption = None,
 ) -> None:
     """Start the offline stack on loopback and keep it up until Ctrl-C."""
-    stack = _start(
-        StackOptions(
-            mode="server", port=port, tick_seconds=tick_seconds, parameters=_parse_params(param)
-        )
-    )
+    stack = _start(StackOptions(mode="server", port=port, tick_seconds=tick_seconds, parameters=_parse_params(param)))
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: Any) -> None:
@@ -105,15 +101,27 @@ def up(
 
 # The demo's drop is small: start a run for any closed batch at once (production: 500 pairs or
 # 6 hours, and a minute for a batch's last events to settle).
-DEMO_PARAMETERS = {"MinNewPairs": "1", "SettleSeconds": "0"}
+# A run that trains for real in about a minute here: one emulated CPU host, a narrow model.
+DEMO_PARAMETERS = {
+    "MinNewPairs": "1",
+    "SettleSeconds": "0",
+    "PollSeconds": "1",
+    "TrainingInstanceType": "ml.m5.xlarge",
+    "TrainingInstanceCount": "1",
+    "TrainingEpochs": "4",
+    "TrainingWidth": "0.25",
+    "TrainingBatchSize": "4",
+    "TrainingCrop": "128x64",
+    "TrainingExtraHyperparameters": '{"workers": 0}',
+}
 FINAL = {"curated", "quarantined", "duplicate", "superseded", "marker"}
 
 
 @app.command()
 def demo(
-    count: Annotated[int, typer.Option(min=1, max=500, help="Scenes in the demo batch.")] = 8,
+    count: Annotated[int, typer.Option(min=1, max=500, help="Scenes in the demo batch.")] = 24,
     size: Annotated[str, typer.Option(help="Scene size as WIDTHxHEIGHT.")] = "256x128",
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the flow.")] = 120.0,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the flow.")] = 300.0,
 ) -> None:
     """Start the stack, drop a synthetic batch (with two broken files), show what the flow did."""
     from retrain.commands.synth import parse_size  # noqa: PLC0415 (keeps `local up` light)
@@ -123,9 +131,7 @@ def demo(
     # Functions log JSON at INFO on AWS; here the summary below says what happened.
     quiet = {"POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
     logging.getLogger("moto").setLevel(logging.CRITICAL)
-    stack = _start(
-        StackOptions(mode="server", parameters=DEMO_PARAMETERS, function_environment=quiet)
-    )
+    stack = _start(StackOptions(mode="server", parameters=DEMO_PARAMETERS, function_environment=quiet))
     try:
         console.print(describe(stack), soft_wrap=True)
         inbox = _subscribe(stack)
@@ -134,9 +140,7 @@ def demo(
         with tempfile.TemporaryDirectory() as folder:
             pairs = write_scenes(Path(folder), count=count, size=(width, height), seed=0)
             keys = _upload(stack, bucket, batch, pairs)
-        console.print(
-            f"Uploaded {len(keys)} objects to s3://{bucket}/incoming/{batch}/", soft_wrap=True
-        )
+        console.print(f"Uploaded {len(keys)} objects to s3://{bucket}/incoming/{batch}/", soft_wrap=True)
         fates = _wait_for_fates(stack, batch, keys, timeout)
         console.print(_fates_table(keys, fates))
         run = _wait_for_run(stack, timeout)
@@ -149,9 +153,7 @@ def demo(
     console.print("Offline stack stopped; nothing left running.")
 
 
-def _upload(
-    stack: OfflineStack, bucket: str, batch: str, pairs: list[tuple[Path, Path]]
-) -> list[str]:
+def _upload(stack: OfflineStack, bucket: str, batch: str, pairs: list[tuple[Path, Path]]) -> list[str]:
     """The scenes, one of them with a mask of unknown classes, a stray file, then the marker."""
     s3 = stack.aws.s3
     files: list[tuple[str, bytes]] = []
@@ -199,9 +201,7 @@ def _fates(stack: OfflineStack, batch: str) -> dict[str, dict[str, Any]]:
     return fates
 
 
-def _wait_for_fates(
-    stack: OfflineStack, batch: str, keys: list[str], timeout: float
-) -> dict[str, dict[str, Any]]:
+def _wait_for_fates(stack: OfflineStack, batch: str, keys: list[str], timeout: float) -> dict[str, dict[str, Any]]:
     deadline = time.monotonic() + timeout
     columns = (
         TextColumn("{task.description}"),
@@ -240,9 +240,7 @@ def _subscribe(stack: OfflineStack) -> str:
     """An SQS queue on the topic: the notifications the team would get by e-mail."""
     sqs = stack.aws.sqs
     url = sqs.create_queue(QueueName="demo-notifications")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     stack.aws.sns.subscribe(TopicArn=stack.ref("NotificationTopic"), Protocol="sqs", Endpoint=arn)
     return url
 
@@ -257,18 +255,24 @@ def _wait_for_run(stack: OfflineStack, timeout: float) -> dict[str, Any] | None:
             done = [dict(r) for r in runs if r["status"] != "RUNNING"]
             if done:
                 return done[0]
+            if not runs and _trigger_declined(stack) is not None:
+                return None  # the trigger looked and decided to wait: nothing will start
             time.sleep(0.2)
     return None
 
 
-def _show_run(
-    stack: OfflineStack, bucket: str, batch: str, run: dict[str, Any] | None, inbox: str
-) -> None:
-    console.print(
-        f"Batch report: s3://{bucket}/{prefixes.report_key(batch, 'report.md')}", soft_wrap=True
-    )
+def _trigger_declined(stack: OfflineStack) -> str | None:
+    """The reason the trigger last gave for not starting a run, if it did not start one."""
+    looks = [i for i in stack.runtime.invocations if i.function.endswith("TriggerFunction") and not i.failed]
+    if not looks or looks[-1].payload.get("started"):
+        return None
+    return str(looks[-1].payload.get("reason"))
+
+
+def _show_run(stack: OfflineStack, bucket: str, batch: str, run: dict[str, Any] | None, inbox: str) -> None:
+    console.print(f"Batch report: s3://{bucket}/{prefixes.report_key(batch, 'report.md')}", soft_wrap=True)
     if run is None:
-        console.print("No retraining run started.")
+        console.print(f"No retraining run started: {_trigger_declined(stack) or 'the trigger did not run'}.")
         return
     version = run["name"]
     manifest = stack.aws.s3.get_object(Bucket=bucket, Key=prefixes.manifest_key(version))
@@ -278,10 +282,18 @@ def _show_run(
         soft_wrap=True,
     )
     console.print(f"Retraining run {version}: {run['status']}")
-    messages = stack.aws.sqs.receive_message(
-        QueueUrl=inbox, MaxNumberOfMessages=10, WaitTimeSeconds=1
-    )
+    summary_key = prefixes.run_report_key(version, "summary.json")
+    try:
+        summary = json.loads(stack.aws.s3.get_object(Bucket=bucket, Key=summary_key)["Body"].read())
+    except stack.aws.s3.exceptions.NoSuchKey:
+        summary = None
+    if summary is not None:
+        miou = summary.get("miou")
+        shown = f", mIoU {miou:.3f}" if miou is not None else ""
+        console.print(f"Outcome: [bold]{summary['outcome']}[/bold]{shown}")
+        console.print(f"Run summary and reports: s3://{bucket}/{prefixes.run_report_key(version, '')}", soft_wrap=True)
+    messages = stack.aws.sqs.receive_message(QueueUrl=inbox, MaxNumberOfMessages=10, WaitTimeSeconds=1)
     for message in messages.get("Messages", []):
         body = json.loads(message["Body"])
         subject, text = body.get("Subject", ""), body["Message"]
-        console.print(f"Notification: [bold]{subject}[/bold]: {text}", soft_wrap=True)
+        console.print(f"Notification: [bold]{subject}[/bold]\n{text}", soft_wrap=True)

@@ -35,10 +35,24 @@ DATA = {
 }
 
 
+# A training job that finishes in seconds here: a narrow model, small crops, one emulated CPU
+# host, and no waiting between two looks at the FSx import or the job.
+TRAINING = {
+    "TrainingInstanceType": "ml.m5.xlarge",
+    "TrainingInstanceCount": "1",
+    "TrainingEpochs": "2",
+    "TrainingWidth": "0.25",
+    "TrainingBatchSize": "2",
+    "TrainingCrop": "96x48",
+    "TrainingExtraHyperparameters": '{"workers": 0}',
+    "PollSeconds": "0",
+}
+
+
 @pytest.fixture
 def data_stack(request: pytest.FixtureRequest) -> Iterator[OfflineStack]:
     """A stack for annotators' drops; parametrize it indirectly to override template parameters."""
-    parameters = {**DATA, **getattr(request, "param", {})}
+    parameters = {**DATA, **TRAINING, **getattr(request, "param", {})}
     options = StackOptions(parameters=parameters, poll=False, tick=False, batching_window_seconds=0)
     with OfflineStack(options) as offline:
         yield offline

@@ -50,9 +50,7 @@ def upload(stack: OfflineStack, key: str, body: bytes) -> None:
     stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key=key, Body=body)
 
 
-def upload_pair(
-    stack: OfflineStack, batch: str, stem: str, pair: Pair, label_first: bool = False
-) -> None:
+def upload_pair(stack: OfflineStack, batch: str, stem: str, pair: Pair, label_first: bool = False) -> None:
     files = [
         (f"incoming/{batch}/images/{stem}.jpg", pair.image),
         (f"incoming/{batch}/labels/{stem}.png", pair.label),

@@ -35,9 +35,7 @@ def create_machine(stack: OfflineStack, file_name: str, **substitutions: str) ->
     )["stateMachineArn"]
 
 
-def run_machine(
-    stack: OfflineStack, machine_arn: str, name: str, payload: dict[str, Any]
-) -> dict[str, Any]:
+def run_machine(stack: OfflineStack, machine_arn: str, name: str, payload: dict[str, Any]) -> dict[str, Any]:
     execution = stack.aws.stepfunctions.start_execution(
         stateMachineArn=machine_arn, name=name, input=json.dumps(payload)
     )
@@ -50,15 +48,13 @@ class TopicInbox:
     def __init__(self, stack: OfflineStack, topic_arn: str) -> None:
         self._sqs = stack.aws.sqs
         self._url = self._sqs.create_queue(QueueName="test-topic-inbox")["QueueUrl"]
-        queue_arn = self._sqs.get_queue_attributes(QueueUrl=self._url, AttributeNames=["QueueArn"])[
-            "Attributes"
-        ]["QueueArn"]
+        queue_arn = self._sqs.get_queue_attributes(QueueUrl=self._url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
         stack.aws.sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
 
     def messages(self) -> list[dict[str, Any]]:
-        received = self._sqs.receive_message(QueueUrl=self._url, MaxNumberOfMessages=10).get(
-            "Messages", []
-        )
+        received = self._sqs.receive_message(QueueUrl=self._url, MaxNumberOfMessages=10).get("Messages", [])
         return [json.loads(message["Body"]) for message in received]
 
 
@@ -67,6 +63,4 @@ def queue_depth(stack: OfflineStack, logical_id: str) -> int:
         QueueUrl=stack.ref(logical_id),
         AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
     )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]) + int(
-        attributes["ApproximateNumberOfMessagesNotVisible"]
-    )
+    return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])

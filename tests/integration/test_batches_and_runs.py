@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import replace
 
 import pytest
@@ -20,6 +21,11 @@ from tests.integration.data_drops import (
     wait_until,
 )
 from tests.integration.helpers import create_machine
+from tests.integration.runs import RUN_TIMEOUT
+
+# scene(3) lands in the validation split (by its content hash), 1 and 2 in training: a run needs
+# both, and BatchNorm two images per step.
+WITH_VALIDATION = (1, 2, 3)
 
 
 def read(stack: OfflineStack, key: str) -> bytes:
@@ -30,7 +36,7 @@ def finished(stack: OfflineStack) -> list[dict[str, object]]:
     return [e for e in executions(stack) if e["status"] != "RUNNING"]
 
 
-def drop(stack: OfflineStack, batch: str, seeds: range, marker: bool = True) -> None:
+def drop(stack: OfflineStack, batch: str, seeds: Iterable[int], marker: bool = True) -> None:
     for seed in seeds:
         upload_pair(stack, batch, f"scene-{seed}", scene(seed))
     if marker:
@@ -40,32 +46,28 @@ def drop(stack: OfflineStack, batch: str, seeds: range, marker: bool = True) -> 
 def test_a_drop_closed_by_its_marker_is_reported_frozen_and_trained_once(
     data_stack: OfflineStack,
 ) -> None:
-    drop(data_stack, "munich-12", range(3))
+    drop(data_stack, "munich-12", WITH_VALIDATION)
 
     drain(data_stack)
-    wait_until(lambda: len(finished(data_stack)) == 1, message="one finished run")
+    wait_until(lambda: len(finished(data_stack)) == 1, timeout=RUN_TIMEOUT, message="one finished run")
 
     (run,) = executions(data_stack)
     assert run["status"] == "SUCCEEDED"
     version = run["name"]
     entries = parse_manifest(read(data_stack, f"dataset/manifests/{version}.jsonl").decode())
-    assert sorted(e.image for e in entries) == [f"images/munich-12/scene-{i}.jpg" for i in range(3)]
+    assert sorted(e.image for e in entries) == [f"images/munich-12/scene-{i}.jpg" for i in WITH_VALIDATION]
     for entry in entries:
-        head = data_stack.aws.s3.head_object(
-            Bucket=data_stack.ref("DataBucket"), Key=f"dataset/{entry.image}"
-        )
+        head = data_stack.aws.s3.head_object(Bucket=data_stack.ref("DataBucket"), Key=f"dataset/{entry.image}")
         assert entry.image_version_id == head["VersionId"], "the manifest pins the curated bytes"
         assert entry.split == split_for(entry.image_sha256, 0.1)
         assert sum(entry.class_pixels.values()) > 0
     report = json.loads(read(data_stack, "reports/munich-12/report.json"))
     assert report["status"] == "closed" and report["closed_by"] == "marker"
-    assert report["accepted"] == ["scene-0", "scene-1", "scene-2"]
+    assert report["accepted"] == [f"scene-{i}" for i in WITH_VALIDATION]
     assert "# Batch munich-12" in read(data_stack, "reports/munich-12/report.md").decode()
     # The run's last state released the lock and looked for new data (there was none).
     (trigger_after_run,) = [
-        i
-        for i in data_stack.runtime.invocations
-        if "Trigger" in i.function and i.payload["released"]
+        i for i in data_stack.runtime.invocations if "Trigger" in i.function and i.payload["released"]
     ]
     assert trigger_after_run.payload["started"] is None
     assert_every_upload_accounted_for_once(data_stack)
@@ -75,7 +77,7 @@ def test_a_drop_closed_by_its_marker_is_reported_frozen_and_trained_once(
 def test_a_drop_without_a_marker_is_closed_by_the_sweeper_after_its_quiet_period(
     data_stack: OfflineStack,
 ) -> None:
-    drop(data_stack, "no-marker", range(2), marker=False)
+    drop(data_stack, "no-marker", WITH_VALIDATION, marker=False)
     drain(data_stack)
     assert executions(data_stack) == []
 
@@ -83,7 +85,7 @@ def test_a_drop_without_a_marker_is_closed_by_the_sweeper_after_its_quiet_period
     swept = data_stack.ticker.tick(sweeper)
 
     assert swept.payload["closed"] == ["no-marker"]
-    wait_until(lambda: len(finished(data_stack)) == 1, message="one finished run")
+    wait_until(lambda: len(executions(data_stack)) == 1, message="one run started")
     report = json.loads(read(data_stack, "reports/no-marker/report.json"))
     assert report["closed_by"] == "quiet period"
 
@@ -123,7 +125,7 @@ def trigger(stack: OfflineStack, **event: str) -> dict[str, object]:
 
 def test_drops_that_land_during_a_run_start_exactly_one_follow_up(data_stack: OfflineStack) -> None:
     hold_runs_in_a_waiting_machine(data_stack)
-    drop(data_stack, "first", range(2))
+    drop(data_stack, "first", WITH_VALIDATION)
     drain(data_stack)
     wait_until(lambda: len(executions(data_stack)) == 1, message="the first run")
     (first,) = executions(data_stack)
@@ -140,15 +142,13 @@ def test_drops_that_land_during_a_run_start_exactly_one_follow_up(data_stack: Of
     assert trigger(data_stack)["reason"] == f"a run holds the lock: {after['started']}"
     names = sorted(e["name"] for e in executions(data_stack))
     assert names == sorted([first["name"], after["started"]])
-    follow_up = parse_manifest(
-        read(data_stack, f"dataset/manifests/{after['started']}.jsonl").decode()
-    )
+    follow_up = parse_manifest(read(data_stack, f"dataset/manifests/{after['started']}.jsonl").decode())
     assert {e.batch for e in follow_up} == {"first", "second", "third"}, "versions are cumulative"
 
 
 def test_the_lock_of_a_run_that_was_killed_is_taken_over(data_stack: OfflineStack) -> None:
     hold_runs_in_a_waiting_machine(data_stack)
-    drop(data_stack, "first", range(2))
+    drop(data_stack, "first", WITH_VALIDATION)
     drain(data_stack)
     wait_until(lambda: len(executions(data_stack)) == 1, message="the first run")
     (first,) = executions(data_stack)
@@ -162,6 +162,8 @@ def test_the_lock_of_a_run_that_was_killed_is_taken_over(data_stack: OfflineStac
 
 
 @pytest.mark.slow
+# One short epoch: this test is about the intake and the trigger, not about learning.
+@pytest.mark.parametrize("data_stack", [{"TrainingEpochs": "1", "TrainingBatchSize": "32"}], indirect=True)
 def test_a_drop_of_two_thousand_objects_starts_exactly_one_run(data_stack: OfflineStack) -> None:
     pair = scene(42)
     for index in range(1000):
@@ -172,7 +174,7 @@ def test_a_drop_of_two_thousand_objects_starts_exactly_one_run(data_stack: Offli
     upload(data_stack, "incoming/big/_COMPLETE", b"")
 
     drain(data_stack)
-    wait_until(lambda: len(finished(data_stack)) == 1, timeout=120, message="one finished run")
+    wait_until(lambda: len(finished(data_stack)) == 1, timeout=600, message="one finished run")
 
     (run,) = executions(data_stack)
     assert run["status"] == "SUCCEEDED"
@@ -184,17 +186,32 @@ def test_a_drop_of_two_thousand_objects_starts_exactly_one_run(data_stack: Offli
 def test_a_corrected_label_uploaded_after_a_run_is_new_data_for_the_next(
     data_stack: OfflineStack,
 ) -> None:
-    drop(data_stack, "fixes", range(2))
+    drop(data_stack, "fixes", WITH_VALIDATION)
     drain(data_stack)
-    wait_until(lambda: len(finished(data_stack)) == 1, message="the first run")
+    wait_until(lambda: len(finished(data_stack)) == 1, timeout=RUN_TIMEOUT, message="the first run")
     assert trigger(data_stack)["reason"] == "no new curated pairs in closed batches"
 
-    upload(data_stack, "incoming/fixes/labels/scene-1.png", scene(2).label)  # a corrected mask
+    upload(data_stack, "incoming/fixes/labels/scene-2.png", scene(4).label)  # a corrected mask
     drain(data_stack)
     second = trigger(data_stack)
 
     assert second["started"], second
     assert second["reason"] == "1 new pairs (threshold 1)"
-    statuses = sorted(r["status"] for r in fates(data_stack).values() if "scene-1.png" in r["key"])
+    statuses = sorted(r["status"] for r in fates(data_stack).values() if "scene-2.png" in r["key"])
     assert statuses == ["curated", "superseded"]
     assert_every_upload_accounted_for_once(data_stack)
+
+
+def test_a_drop_with_no_validation_pair_waits_for_one_before_a_run_starts(data_stack: OfflineStack) -> None:
+    drop(data_stack, "train-only", (1, 2))
+    drain(data_stack)
+
+    waiting = trigger(data_stack)
+    assert waiting["started"] is None
+    assert "no pair is in the validation split yet" in str(waiting["reason"])
+    assert executions(data_stack) == [], "a model that cannot be judged is not trained"
+
+    drop(data_stack, "with-validation", (3,))
+    drain(data_stack)
+
+    wait_until(lambda: len(executions(data_stack)) == 1, message="the run, once a pair can judge it")

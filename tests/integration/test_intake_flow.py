@@ -95,9 +95,7 @@ def test_the_same_image_uploaded_in_a_later_batch_is_recorded_as_a_duplicate(
 
     drain(data_stack)
 
-    (duplicate,) = [
-        r for r in fates(data_stack).values() if r["key"].startswith("incoming/tuesday/images")
-    ]
+    (duplicate,) = [r for r in fates(data_stack).values() if r["key"].startswith("incoming/tuesday/images")]
     assert duplicate["status"] == "duplicate"
     assert duplicate["duplicate_of"] == "monday/images/a.jpg"
     assert objects(data_stack, "dataset/images/") == ["dataset/images/monday/a.jpg"]
@@ -169,9 +167,7 @@ def test_a_message_that_keeps_failing_ends_in_the_dead_letter_queue(stack: Offli
 
 
 def test_objects_outside_the_landing_zone_trigger_nothing(stack: OfflineStack) -> None:
-    stack.aws.s3.put_object(
-        Bucket=stack.ref("DataBucket"), Key="reports/b1/report.json", Body=b"{}"
-    )
+    stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key="reports/b1/report.json", Body=b"{}")
 
     drain(stack)
 

@@ -94,9 +94,7 @@ def test_requests_are_validated_against_botocore_even_with_validation_turned_off
 
 
 def test_an_emulator_answering_outside_the_model_is_caught(stack: OfflineStack) -> None:
-    stack.emulators.register(
-        "lambda", "GetAccountSettings", lambda params: {"AccountLimit": "lots"}
-    )
+    stack.emulators.register("lambda", "GetAccountSettings", lambda params: {"AccountLimit": "lots"})
     lambda_client = boto3.client("lambda", region_name="us-east-1")
 
     with pytest.raises(EmulatorContractError, match="AccountLimit"):
@@ -104,9 +102,7 @@ def test_an_emulator_answering_outside_the_model_is_caught(stack: OfflineStack) 
 
 
 def test_a_function_running_past_its_timeout_fails_as_timed_out(stack: OfflineStack) -> None:
-    stack.runtime.add(
-        FunctionSpec("Slow", "slow", "tests.integration.handlers.sleepy", {}, timeout_seconds=1)
-    )
+    stack.runtime.add(FunctionSpec("Slow", "slow", "tests.integration.handlers.sleepy", {}, timeout_seconds=1))
 
     invocation = stack.runtime.invoke("slow", {"seconds": 1.2})
 
@@ -120,9 +116,7 @@ def test_invocations_from_several_threads_run_one_at_a_time(stack: OfflineStack)
     results: list[tuple[str, dict[str, str | None]]] = []
 
     def call(name: str) -> None:
-        results.extend(
-            (name, stack.runtime.invoke(name, {"names": ["ONLY_IN_A"]}).payload) for _ in range(20)
-        )
+        results.extend((name, stack.runtime.invoke(name, {"names": ["ONLY_IN_A"]}).payload) for _ in range(20))
 
     threads = [threading.Thread(target=call, args=(name,)) for name in ("fn-a", "fn-b")]
     for thread in threads:

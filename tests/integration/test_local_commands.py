@@ -22,15 +22,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_server_stack_takes_uploads_from_any_aws_client_and_frees_its_port() -> None:
-    with OfflineStack(
-        StackOptions(mode="server", parameters=FAST_QUEUE, batching_window_seconds=0)
-    ) as stack:
+    with OfflineStack(StackOptions(mode="server", parameters=FAST_QUEUE, batching_window_seconds=0)) as stack:
         assert stack.endpoint_url is not None
         endpoint = stack.endpoint_url
         user_s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        user_s3.put_object(
-            Bucket=stack.ref("DataBucket"), Key="incoming/by-hand/images/x.jpg", Body=b"jpeg"
-        )
+        user_s3.put_object(Bucket=stack.ref("DataBucket"), Key="incoming/by-hand/images/x.jpg", Body=b"jpeg")
         table = stack.ref("LedgerTable")
         deadline = time.monotonic() + 20
         files: list[object] = []
@@ -46,14 +42,15 @@ def test_the_server_stack_takes_uploads_from_any_aws_client_and_frees_its_port()
 
 
 def test_the_demo_drops_a_synthetic_batch_and_accounts_for_every_object() -> None:
-    result = CliRunner().invoke(app, ["local", "demo", "--count", "2", "--size", "128x64"])
+    result = CliRunner().invoke(app, ["local", "demo", "--count", "24", "--size", "128x64"])
 
     assert result.exit_code == 0, result.output
-    assert result.output.count(" curated ") == 2, result.output  # the one good pair
+    assert result.output.count(" curated ") == 46, result.output  # the 23 good pairs
     assert result.output.count(" quarantined ") == 3, result.output  # broken pair, stray file
-    assert "Dataset version ds-" in result.output and ": 1 pairs" in result.output
+    assert "Dataset version ds-" in result.output and ": 23 pairs" in result.output
     assert "Retraining run ds-" in result.output and "SUCCEEDED" in result.output
-    assert "Notification: Retraining started" in result.output
+    assert "Outcome: accepted" in result.output, "the first model that learned is accepted"
+    assert "Notification: Retraining accepted" in result.output
     assert "nothing left running" in result.output
 
 

@@ -44,9 +44,7 @@ def test_stopping_the_stack_stops_running_executions_and_every_thread() -> None:
     sfn = stack.aws.stepfunctions
     machine = sfn.create_state_machine(
         name="waits-an-hour",
-        definition=json.dumps(
-            {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}
-        ),
+        definition=json.dumps({"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}),
         roleArn="arn:aws:iam::123456789012:role/test",
     )["stateMachineArn"]
     execution = sfn.start_execution(stateMachineArn=machine, name="long", input="{}")

@@ -27,9 +27,14 @@ P4D = INSTANCE_TYPES["ml.p4d.24xlarge"]
 
 def _origin(speedup: float = 1.0, efficiency: float = 0.9) -> tuple[int, float, float]:
     advice = advise(
-        ORIGIN, efficiency=efficiency, dataset_size=DATASET, target_epoch_minutes=6,
-        gpus_per_instance=P4D.gpus, price_per_hour=P4D.price_per_hour, speedup=speedup,
-    )  # fmt: skip
+        ORIGIN,
+        efficiency=efficiency,
+        dataset_size=DATASET,
+        target_epoch_minutes=6,
+        gpus_per_instance=P4D.gpus,
+        price_per_hour=P4D.price_per_hour,
+        speedup=speedup,
+    )
     assert advice.plan is not None, "6 minutes must be reachable for the origin team"
     return advice.plan.instances, advice.plan.epoch_minutes, advice.plan.cost_per_epoch
 
@@ -58,9 +63,13 @@ def test_a_throughput_measured_on_eight_gpus_is_scaled_back_to_one() -> None:
 
 def test_an_unreachable_target_says_how_close_it_gets() -> None:
     advice = advise(
-        ORIGIN, efficiency=0.6, dataset_size=DATASET, target_epoch_minutes=0.5,
-        gpus_per_instance=8, price_per_hour=1.0,
-    )  # fmt: skip
+        ORIGIN,
+        efficiency=0.6,
+        dataset_size=DATASET,
+        target_epoch_minutes=0.5,
+        gpus_per_instance=8,
+        price_per_hour=1.0,
+    )
     assert advice.plan is None
     assert advice.closest.instances == 64 and advice.closest.epoch_minutes > 0.5
 
@@ -81,11 +90,18 @@ def test_the_command_answers_with_and_without_the_loader_fix() -> None:
     result = CliRunner().invoke(
         _cli(),
         [
-            "--throughput", f"{ORIGIN.images_per_sec}", "--efficiency", "0.9",
-            "--dataset-size", str(DATASET), "--target-epoch-minutes", "6",
-            "--stall-fraction", "0.5",
+            "--throughput",
+            f"{ORIGIN.images_per_sec}",
+            "--efficiency",
+            "0.9",
+            "--dataset-size",
+            str(DATASET),
+            "--target-epoch-minutes",
+            "6",
+            "--stall-fraction",
+            "0.5",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     assert "as measured: 15 x ml.p4d.24xlarge (120 GPUs)" in result.output, result.output
     assert "loader fixed (2.00x: no stall): 7 x ml.p4d.24xlarge (56 GPUs)" in result.output
@@ -97,11 +113,20 @@ def test_a_given_price_overrides_the_table(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         _cli(),
         [
-            "--throughput", "100", "--efficiency", "1", "--dataset-size", "60000",
-            "--target-epoch-minutes", "10", "--instance-type", "ml.p5.48xlarge",
-            "--price-per-hour", "60",
+            "--throughput",
+            "100",
+            "--efficiency",
+            "1",
+            "--dataset-size",
+            "60000",
+            "--target-epoch-minutes",
+            "10",
+            "--instance-type",
+            "ml.p5.48xlarge",
+            "--price-per-hour",
+            "60",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output
     # 100 images/s on one instance: 10 min per epoch, 1 instance, 60 $/h for 1/6 h.
     assert "as measured: 1 x ml.p5.48xlarge (8 GPUs) -> 10.00 min per epoch" in result.output
@@ -112,10 +137,18 @@ def test_an_unknown_instance_type_needs_its_gpus_and_price() -> None:
     result = CliRunner().invoke(
         _cli(),
         [
-            "--throughput", "100", "--efficiency", "0.9", "--dataset-size", "1000",
-            "--target-epoch-minutes", "1", "--instance-type", "ml.x9.huge",
+            "--throughput",
+            "100",
+            "--efficiency",
+            "0.9",
+            "--dataset-size",
+            "1000",
+            "--target-epoch-minutes",
+            "1",
+            "--instance-type",
+            "ml.x9.huge",
         ],
-    )  # fmt: skip
+    )
     assert result.exit_code != 0
     assert "--price-per-hour" in result.output
 
@@ -126,8 +159,13 @@ def test_a_runs_metrics_file_gives_throughput_gpus_stall_and_size(tmp_path: Path
         "code_sha256": "0" * 64,
         "torch_version": "2.13.0",
         "host": {
-            "hostname": "algo-1", "platform": "linux", "python_version": "3.11",
-            "torch_version": "2.13.0", "device": "cuda", "world_size": 8, "backend": "nccl",
+            "hostname": "algo-1",
+            "platform": "linux",
+            "python_version": "3.11",
+            "torch_version": "2.13.0",
+            "device": "cuda",
+            "world_size": 8,
+            "backend": "nccl",
         },
         "seed": 0,
         "config": {},
@@ -136,16 +174,22 @@ def test_a_runs_metrics_file_gives_throughput_gpus_stall_and_size(tmp_path: Path
         "val_images": 500,
         "epochs": [
             {
-                "epoch": number, "train_loss": 1.0, "lr": 0.01, "miou": 0.5,
-                "per_class_iou": {"road": 0.5}, "stall_fraction": stall,
-                "images_per_sec": speed, "epoch_seconds": 3420.0, "steps": 100,
+                "epoch": number,
+                "train_loss": 1.0,
+                "lr": 0.01,
+                "miou": 0.5,
+                "per_class_iou": {"road": 0.5},
+                "stall_fraction": stall,
+                "images_per_sec": speed,
+                "epoch_seconds": 3420.0,
+                "steps": 100,
             }
             for number, (stall, speed) in enumerate(
                 [(0.7, 10.0), (0.5, ORIGIN.images_per_sec), (0.5, ORIGIN.images_per_sec)],
                 start=1,
             )
         ],
-    }  # fmt: skip
+    }
     path = tmp_path / "metrics.json"
     path.write_text(json.dumps(metrics))
     measurement, images, device = advise_command.from_metrics(path)

@@ -40,8 +40,6 @@ def test_the_s3_test_event_names_no_object() -> None:
         ('{"Records": [{"eventName": "ObjectCreated:Put"}]}', "lacks a required field"),
     ],
 )
-def test_a_message_that_is_no_s3_notification_is_refused_with_the_reason(
-    body: str, says: str
-) -> None:
+def test_a_message_that_is_no_s3_notification_is_refused_with_the_reason(body: str, says: str) -> None:
     with pytest.raises(InvalidEventError, match=says):
         parse_notification(body)

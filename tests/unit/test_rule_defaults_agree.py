@@ -40,9 +40,7 @@ def _trainer_parameters(rule: str) -> dict[str, str]:
 
 
 def _request_parameters(rule: str) -> dict[str, str]:
-    return {
-        name: value for name, value in PROFILER_RULE_DEFAULTS[rule].items() if name != SCAN_INTERVAL
-    }
+    return {name: value for name, value in PROFILER_RULE_DEFAULTS[rule].items() if name != SCAN_INTERVAL}
 
 
 def _differences(rule: str) -> dict[str, tuple[str | None, str | None]]:
@@ -66,11 +64,7 @@ def test_both_tables_have_rules_in_common() -> None:
 
 @pytest.mark.parametrize("rule", SHARED_RULES)
 def test_the_trainer_defaults_a_rule_as_the_job_request_does(rule: str) -> None:
-    unexplained = {
-        name: pair
-        for name, pair in _differences(rule).items()
-        if (rule, name) not in KNOWN_DIFFERENCES
-    }
+    unexplained = {name: pair for name, pair in _differences(rule).items() if (rule, name) not in KNOWN_DIFFERENCES}
     assert not unexplained, "; ".join(
         f"{rule}.{name}: trainer/profiling/rules.py has {_shown(trainer)}, "
         f"functions/training_job/debugger.py has {_shown(request)}"
@@ -87,9 +81,7 @@ def test_the_known_differences_still_exist() -> None:
     assert not stale, f"the tables now agree on {stale}: remove them from KNOWN_DIFFERENCES"
 
 
-@pytest.mark.parametrize(
-    "rule", [rule for rule in SHARED_RULES if SCAN_INTERVAL in PROFILER_RULE_DEFAULTS[rule]]
-)
+@pytest.mark.parametrize("rule", [rule for rule in SHARED_RULES if SCAN_INTERVAL in PROFILER_RULE_DEFAULTS[rule]])
 def test_the_request_scans_a_rule_as_often_as_the_trainer(rule: str) -> None:
     sent = PROFILER_RULE_DEFAULTS[rule][SCAN_INTERVAL]
     assert float(sent) / 1_000_000 == rules.SCAN_INTERVAL_SECONDS, (

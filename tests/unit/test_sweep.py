@@ -66,18 +66,14 @@ def intake_at() -> Iterator[Sweeping]:
 def _lone_image_arrives(at: Sweeping) -> None:
     key = "incoming/munich/images/street.jpg"
     version = at.s3.put_object(Bucket=BUCKET, Key=key, Body=scene(1).image)["VersionId"]
-    event = S3ObjectEvent(
-        bucket=BUCKET, key=key, size=1, version_id=version, event_name="ObjectCreated:Put"
-    )
+    event = S3ObjectEvent(bucket=BUCKET, key=key, size=1, version_id=version, event_name="ObjectCreated:Put")
     assert at.intake.process(event) is FileStatus.PENDING
 
 
 def test_a_batch_still_receiving_files_stays_open(intake_at: Sweeping) -> None:
     _lone_image_arrives(intake_at)
 
-    result = intake_at.intake.sweep(
-        UPLOADED + QUIET / 2, quiet_for=QUIET, incomplete_after=INCOMPLETE
-    )
+    result = intake_at.intake.sweep(UPLOADED + QUIET / 2, quiet_for=QUIET, incomplete_after=INCOMPLETE)
 
     assert (result.closed, result.incomplete, result.reported) == ([], 0, [])
 
@@ -88,9 +84,7 @@ def test_a_quiet_batch_closes_but_its_lone_image_still_waits_for_its_label(
     _lone_image_arrives(intake_at)
     intake_at.clock[0] = UPLOADED + QUIET * 2
 
-    result = intake_at.intake.sweep(
-        intake_at.clock[0], quiet_for=QUIET, incomplete_after=INCOMPLETE
-    )
+    result = intake_at.intake.sweep(intake_at.clock[0], quiet_for=QUIET, incomplete_after=INCOMPLETE)
 
     assert result.closed == ["munich"]
     assert result.incomplete == 0
@@ -101,9 +95,7 @@ def test_an_image_whose_label_never_came_is_given_up_on(intake_at: Sweeping) -> 
     _lone_image_arrives(intake_at)
     intake_at.clock[0] = UPLOADED + INCOMPLETE * 2
 
-    result = intake_at.intake.sweep(
-        intake_at.clock[0], quiet_for=QUIET, incomplete_after=INCOMPLETE
-    )
+    result = intake_at.intake.sweep(intake_at.clock[0], quiet_for=QUIET, incomplete_after=INCOMPLETE)
 
     assert (result.closed, result.incomplete) == (["munich"], 1)
     (record,) = [f for f in intake_at.intake.ledger.files("munich") if f.key.endswith("street.jpg")]

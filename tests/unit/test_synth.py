@@ -33,9 +33,7 @@ PROMISED = (
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
-    }
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_the_same_seed_draws_the_same_scenes_byte_for_byte(tmp_path: Path) -> None:
@@ -47,9 +45,7 @@ def test_the_same_seed_draws_the_same_scenes_byte_for_byte(tmp_path: Path) -> No
     assert first == again, "two runs with seed 7 wrote different files"
     first_images = {k: v for k, v in first.items() if k.startswith("images/")}
     other_images = {k: v for k, v in other.items() if k.startswith("images/")}
-    assert set(first_images.values()).isdisjoint(other_images.values()), (
-        "seeds 7 and 8 drew an identical scene"
-    )
+    assert set(first_images.values()).isdisjoint(other_images.values()), "seeds 7 and 8 drew an identical scene"
 
 
 def test_a_scene_does_not_depend_on_how_many_are_drawn(tmp_path: Path) -> None:
@@ -121,9 +117,7 @@ def test_the_synth_command_writes_the_folder_it_is_asked_for(tmp_path: Path) -> 
     app = typer.Typer()
     app.command()(synth_command.command)
 
-    result = CliRunner().invoke(
-        app, [str(tmp_path / "scenes"), "--count", "3", "--size", "64x32", "--seed", "2"]
-    )
+    result = CliRunner().invoke(app, [str(tmp_path / "scenes"), "--count", "3", "--size", "64x32", "--seed", "2"])
 
     assert result.exit_code == 0, result.output
     assert len(list((tmp_path / "scenes" / "images").glob("*.jpg"))) == 3, result.output

@@ -19,9 +19,7 @@ def state_machines() -> list[tuple[str, dict[str, object], Path]]:
     template = load_template(ROOT / "template.yaml")
     return [
         (logical_id, resource["Properties"], ROOT / resource["Properties"]["DefinitionUri"])
-        for logical_id, resource in template.resources_of_type(
-            "AWS::Serverless::StateMachine"
-        ).items()
+        for logical_id, resource in template.resources_of_type("AWS::Serverless::StateMachine").items()
     ]
 
 
@@ -54,6 +52,42 @@ def test_states_are_named_as_sentences_and_every_task_retries() -> None:
                 assert " " in name, f"state {name!r} is not a sentence"
 
 
+def test_every_error_the_state_machine_names_is_one_the_functions_raise() -> None:
+    from functions.common import errors  # noqa: PLC0415
+
+    ours = {name for name, value in vars(errors).items() if isinstance(value, type)}
+    for _, _, asl in state_machines():
+        states = json.loads(asl.read_text(encoding="utf-8"))["States"]
+        named = {
+            error
+            for state in states.values()
+            for rule in [*state.get("Retry", []), *state.get("Catch", [])]
+            for error in rule["ErrorEquals"]
+            if not error.startswith(("States.", "Lambda.", "Sandbox."))
+        }
+        assert named, "the machine retries at least one of our own errors by name"
+        assert named - ours == set(), f"{asl.name} names errors nothing raises"
+
+
+def test_every_task_of_the_run_that_fails_notes_where_and_stops_the_job_first() -> None:
+    failure_branch = {
+        "Stop the training job if one was created",
+        "Tell the team the run failed",
+        "Release the lock after the failure",
+        "Release the lock and look for new data",
+    }
+    for _, _, asl in state_machines():
+        states = json.loads(asl.read_text(encoding="utf-8"))["States"]
+        for name, state in states.items():
+            if state["Type"] != "Task" or name in failure_branch:
+                continue
+            (catch,) = state["Catch"]
+            noted = states[catch["Next"]]
+            assert catch["ErrorEquals"] == ["States.ALL"], name
+            assert (noted["Type"], noted["Result"]) == ("Pass", name), f"{name} does not say it failed"
+            assert noted["Next"] == "Stop the training job if one was created", name
+
+
 def test_short_form_tags_resolve_like_cloudformation(tmp_path: Path) -> None:
     path = tmp_path / "template.yaml"
     path.write_text(
@@ -68,9 +102,7 @@ def test_short_form_tags_resolve_like_cloudformation(tmp_path: Path) -> None:
     )
     template = load_template(path)
     resolver = Resolver("stack", "eu-west-1", "111122223333", {"Env": "dev"})
-    resolver.created["Queue"] = Created(
-        ref="https://queue", attributes={"QueueName": "q1", "Arn": "arn:q1"}
-    )
+    resolver.created["Queue"] = Created(ref="https://queue", attributes={"QueueName": "q1", "Arn": "arn:q1"})
 
     assert template.creation_order() == ["Queue", "Thing"]
     assert resolver.resolve(template.resources["Thing"]["Properties"]) == {

@@ -19,15 +19,14 @@ from functions.common import clients
 from functions.common.settings import load_settings
 from retrain.local.lambdas import LambdaContext
 from retrain.local.stack import OfflineStack, StackOptions
+from tests.integration.conftest import DATA, TRAINING
 
 Handler = Callable[[dict[str, Any]], Any]
 
 
 @pytest.fixture
 def deployed() -> Iterator[OfflineStack]:
-    options = StackOptions(
-        parameters={"MinNewPairs": "1", "SettleSeconds": "0"}, poll=False, tick=False
-    )
+    options = StackOptions(parameters={**DATA, **TRAINING}, poll=False, tick=False)
     with OfflineStack(options) as stack:
         yield stack
 
@@ -54,9 +53,7 @@ def handler(deployed: OfflineStack, monkeypatch: pytest.MonkeyPatch) -> Callable
         lambda_handler = getattr(importlib.import_module(module_name), attribute)
 
         def call(event: dict[str, Any]) -> Any:
-            return lambda_handler(
-                event, LambdaContext(spec, deployed.runtime.arn(spec.name), str(uuid.uuid4()))
-            )
+            return lambda_handler(event, LambdaContext(spec, deployed.runtime.arn(spec.name), str(uuid.uuid4())))
 
         return call
 

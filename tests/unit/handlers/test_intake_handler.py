@@ -67,9 +67,7 @@ def test_a_redelivered_notification_is_recognised_by_its_object_version_alone(
     deployed: OfflineStack, handler: Any
 ) -> None:
     intake = handler("IntakeFunction")
-    event = _as_aws_sends_it(
-        load_event("sqs_s3_notifications.json"), _upload_street_scene(deployed)
-    )
+    event = _as_aws_sends_it(load_event("sqs_s3_notifications.json"), _upload_street_scene(deployed))
     intake(event)
     first = _idempotency_records(deployed)
 
@@ -81,9 +79,7 @@ def test_a_redelivered_notification_is_recognised_by_its_object_version_alone(
     assert all(r["id"]["S"].startswith("intake.object-version#") for r in first)
 
 
-def test_a_new_version_of_the_same_key_is_processed_again(
-    deployed: OfflineStack, handler: Any
-) -> None:
+def test_a_new_version_of_the_same_key_is_processed_again(deployed: OfflineStack, handler: Any) -> None:
     intake = handler("IntakeFunction")
     event = load_event("sqs_s3_notifications.json")
     intake(_as_aws_sends_it(event, _upload_street_scene(deployed)))
@@ -94,9 +90,7 @@ def test_a_new_version_of_the_same_key_is_processed_again(
     assert len(_idempotency_records(deployed)) == 4
 
 
-def test_a_message_that_is_no_notification_fails_alone(
-    deployed: OfflineStack, handler: Any
-) -> None:
+def test_a_message_that_is_no_notification_fails_alone(deployed: OfflineStack, handler: Any) -> None:
     event = load_event("sqs_s3_notifications.json")
     _upload_street_scene(deployed)
     event["Records"][1]["body"] = "{not json"

@@ -13,9 +13,7 @@ def test_a_quiet_batch_with_a_lone_image_is_closed_and_the_image_quarantined(
     deployed: OfflineStack, handler: Any
 ) -> None:
     s3, bucket = deployed.aws.s3, deployed.ref("DataBucket")
-    s3.put_object(
-        Bucket=bucket, Key="incoming/handler-test/images/street 1.jpg", Body=scene(3).image
-    )
+    s3.put_object(Bucket=bucket, Key="incoming/handler-test/images/street 1.jpg", Body=scene(3).image)
     only_the_image = load_event("sqs_s3_notifications.json")
     only_the_image["Records"] = only_the_image["Records"][:1]
     handler("IntakeFunction")(only_the_image)

@@ -15,9 +15,7 @@ from tests.conftest import load_event
 
 
 @pytest.mark.parametrize("event", ["schedule.json", "trigger_kick.json"])
-def test_with_no_data_nothing_starts_and_the_reason_is_given(
-    deployed: OfflineStack, handler: Any, event: str
-) -> None:
+def test_with_no_data_nothing_starts_and_the_reason_is_given(deployed: OfflineStack, handler: Any, event: str) -> None:
     outcome = handler("TriggerFunction")(load_event(event))
 
     assert outcome == {
@@ -27,9 +25,7 @@ def test_with_no_data_nothing_starts_and_the_reason_is_given(
     }
 
 
-def test_a_release_from_the_state_machine_frees_the_lock_and_looks_again(
-    deployed: OfflineStack, handler: Any
-) -> None:
+def test_a_release_from_the_state_machine_frees_the_lock_and_looks_again(deployed: OfflineStack, handler: Any) -> None:
     release = load_event("trigger_release.json")
     ledger = Ledger(deployed.aws.dynamodb, deployed.ref("LedgerTable"))
     now = datetime.now(UTC)

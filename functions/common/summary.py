@@ -1,0 +1,98 @@
+"""`reports/runs/<run>/summary.json`: what one retraining run did, in one model.
+
+EvaluateRun writes it for a run whose job completed (accepted or rejected by the quality gate);
+the failure branch writes it for a run that failed or was stopped. Notifications, `retrain runs`
+and people read it; the files it points to hold the detail.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions.common.rules import RuleStatus
+
+RunOutcome = Literal["accepted", "rejected", "failed", "stopped"]
+
+
+class GateVerdict(BaseModel):
+    """The quality gate's decision, with the numbers it was made on."""
+
+    accepted: bool
+    reasons: list[str]  # plain sentences: why accepted, or each reason for rejecting
+    miou: float | None
+    baseline_miou: float | None = None  # the accepted model, scored in the same job
+    miou_change: float | None = None
+    # Classes whose IoU fell against the accepted model, by how much (negative numbers).
+    worse_classes: dict[str, float] = Field(default_factory=dict)
+    miou_tolerance: float
+    class_tolerance: float
+
+
+class JobSummary(BaseModel):
+    name: str
+    arn: str | None = None
+    status: str | None = None
+    instance_type: str | None = None
+    instance_count: int | None = None
+    distribution: str | None = None
+    profiling: str | None = None
+    training_seconds: int | None = None
+    billable_seconds: int | None = None
+    spot: bool = False
+
+
+class RuleVerdict(BaseModel):
+    """One profiler rule, as a person reads it in a summary (the detail is in rules.json)."""
+
+    name: str
+    status: RuleStatus
+    trigger_count: int = 0
+    recommendation: str = ""
+    detail: str | None = None
+
+
+class RunArtifacts(BaseModel):
+    """Where everything of the run is (s3:// URIs)."""
+
+    folder: str  # reports/runs/<run>/
+    summary: str
+    metrics: str | None = None
+    rules: str | None = None
+    report: str | None = None  # the profiling report (HTML)
+    model: str | None = None  # SageMaker's model.tar.gz
+    model_version_id: str | None = None
+    output: str | None = None  # SageMaker's output.tar.gz
+    weights: str | None = None  # models/runs/<run>/model.pt (accepted runs)
+
+
+class RunSummary(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    schema_version: Literal[1] = 1
+    run: str
+    outcome: RunOutcome
+    dataset_version: str
+    pair_count: int | None = None
+    started_at: datetime | None = None
+    finished_at: datetime
+    duration_seconds: float | None = None
+    job: JobSummary | None = None
+    miou: float | None = None
+    per_class_iou: dict[str, float | None] = Field(default_factory=dict)
+    train_images: int | None = None
+    val_images: int | None = None
+    epochs: int | None = None
+    # The accepted model this run was compared with (None: the first run).
+    baseline_run: str | None = None
+    gate: GateVerdict | None = None
+    rules_backend: Literal["builtin", "debugger"] | None = None
+    rules: list[RuleVerdict] = Field(default_factory=list)
+    artifacts: RunArtifacts
+    model_package_arn: str | None = None
+    # For failed and stopped runs: where and why.
+    failed_state: str | None = None
+    error: str | None = None
+    cause: str | None = None

@@ -1,0 +1,87 @@
+"""The quality gate: is the new model good enough to replace the accepted one?
+
+A model is accepted when its mIoU is not below the accepted model's by more than
+`miou_tolerance` and no class's IoU falls by more than `class_tolerance`; otherwise the run ends
+`rejected` (a successful run with a clear verdict). The accepted model is scored by the same job
+on the same validation split (`metrics.json`'s `baseline`), so the comparison is fair. The first
+run is accepted if it learned anything at all: a validation mIoU above `first_run_min_miou` and,
+over two or more epochs, a training loss that fell.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from functions.common.contracts import MetricsFile
+from functions.common.models import AcceptedModel
+from functions.common.summary import GateVerdict
+
+
+class GatePolicy(BaseModel):
+    miou_tolerance: float = Field(default=0.01, ge=0.0, le=1.0)
+    class_tolerance: float = Field(default=0.05, ge=0.0, le=1.0)
+    first_run_min_miou: float = Field(default=0.0, ge=0.0, lt=1.0)
+
+
+def judge(metrics: MetricsFile, policy: GatePolicy, accepted: AcceptedModel | None = None) -> GateVerdict:
+    verdict = GateVerdict(
+        accepted=False,
+        reasons=[],
+        miou=metrics.miou,
+        miou_tolerance=policy.miou_tolerance,
+        class_tolerance=policy.class_tolerance,
+    )
+    if metrics.miou is None or metrics.val_images == 0:
+        return verdict.model_copy(
+            update={"reasons": ["the dataset version has no validation images: nothing to judge by"]}
+        )
+    if metrics.baseline is not None:
+        baseline_miou, baseline_classes = metrics.baseline.miou, metrics.baseline.per_class_iou
+        where = "scored on the same validation split"
+    elif accepted is not None:
+        baseline_miou, baseline_classes = accepted.miou, accepted.per_class_iou
+        where = "as recorded when it was accepted, on an earlier validation split"
+    else:
+        return _first_run(metrics, policy, verdict)
+    change = metrics.miou - baseline_miou
+    worse = {
+        name: round(new - old, 4)
+        for name, old in baseline_classes.items()
+        if old is not None and (new := metrics.per_class_iou.get(name)) is not None and new < old
+    }
+    problems = []
+    if change < -policy.miou_tolerance:
+        problems.append(
+            f"mIoU {metrics.miou:.3f} is {-change:.3f} below the accepted model's {baseline_miou:.3f} "
+            f"({where}; tolerance {policy.miou_tolerance:.3f})"
+        )
+    for name, delta in sorted(worse.items(), key=lambda item: item[1]):
+        if -delta > policy.class_tolerance:
+            problems.append(f"{name} IoU fell by {-delta:.3f} (tolerance {policy.class_tolerance:.3f})")
+    ok = (
+        f"mIoU {metrics.miou:.3f} against the accepted model's {baseline_miou:.3f} ({where}): "
+        f"within {policy.miou_tolerance:.3f}, and no class fell by more than {policy.class_tolerance:.3f}"
+    )
+    return verdict.model_copy(
+        update={
+            "accepted": not problems,
+            "reasons": problems or [ok],
+            "baseline_miou": baseline_miou,
+            "miou_change": round(change, 4),
+            "worse_classes": worse,
+        }
+    )
+
+
+def _first_run(metrics: MetricsFile, policy: GatePolicy, verdict: GateVerdict) -> GateVerdict:
+    assert metrics.miou is not None
+    losses = [epoch.train_loss for epoch in metrics.epochs]
+    reasons = []
+    if metrics.miou <= policy.first_run_min_miou:
+        reasons.append(f"mIoU {metrics.miou:.3f} is not above {policy.first_run_min_miou:.3f}: it learned nothing")
+    if len(losses) >= 2 and not losses[-1] < losses[0]:
+        reasons.append(f"the training loss did not fall ({losses[0]:.3f} -> {losses[-1]:.3f})")
+    accepted = not reasons
+    if accepted:
+        reasons.append(f"the first model: mIoU {metrics.miou:.3f}, and it learned (no model to compare with yet)")
+    return verdict.model_copy(update={"accepted": accepted, "reasons": reasons})

@@ -1,0 +1,286 @@
+"""EvaluateRun: publish what the job produced, judge the model, and record an accepted one.
+
+From the job's output (`model.tar.gz`, `output.tar.gz`, and with the Debugger back end its rule
+statuses and ProfilerReport files) this writes, under `reports/runs/<run>/`, `metrics.json`,
+`rules.json`, the profiling report and `summary.json`. An accepted model's weights go to
+`models/runs/<run>/model.pt` (the next run's starting point), it is registered in the model
+package group as PendingManualApproval, and `models/accepted.json` names it, last: that write is
+the moment the model is accepted, so a retry after a crash redoes everything before it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from functions.common import prefixes
+from functions.common.contracts import MetricsFile
+from functions.common.errors import RunArtifactsMissingError
+from functions.common.models import AcceptedModel, JobState, RunContext
+from functions.common.rules import RulesFile, parse_rules_file
+from functions.common.summary import JobSummary, RuleVerdict, RunArtifacts, RunSummary
+from functions.data.storage import DataBucket
+from functions.evaluate_run.artifacts import read_members
+from functions.evaluate_run.gate import GatePolicy, judge
+from functions.training_job.debugger import (
+    describe_job,
+    normalise_debugger_results,
+    read_profiler_reports,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+
+OUTPUT_MEMBERS = {"metrics.json", "rules.json", "report.html"}
+MODEL_MEMBERS = {"model.pt", "metrics.json"}
+RUN_TAG = "retrain:run"
+
+
+class Evaluation(BaseModel):
+    """EvaluateRun's output: what the notification needs at a glance."""
+
+    outcome: str  # accepted | rejected
+    summary_uri: str
+    miou: float | None
+    baseline_miou: float | None
+    model_package_arn: str | None = None
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    s3: S3Client
+    sagemaker: SageMakerClient
+    bucket: str
+    policy: GatePolicy
+    model_package_group: str = ""
+
+    def evaluate(self, run: RunContext, job: JobState, now: datetime | None = None) -> Evaluation:
+        now = now or datetime.now(UTC)
+        described: Any = self.sagemaker.describe_training_job(TrainingJobName=job.job_name)
+        base = f"{described['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{job.job_name}/output"
+        model_uri = described.get("ModelArtifacts", {}).get("S3ModelArtifacts") or f"{base}/model.tar.gz"
+        outputs, _ = read_members(self.s3, f"{base}/output.tar.gz", OUTPUT_MEMBERS, required=False)
+        model_files, model_version = read_members(self.s3, model_uri, MODEL_MEMBERS)
+        metrics = _metrics(outputs.get("metrics.json") or model_files.get("metrics.json"), model_uri)
+        if "model.pt" not in model_files:
+            raise RunArtifactsMissingError(f"{model_uri} holds no model.pt")
+        rules = self._rules(described, outputs, now)
+        verdict = judge(metrics, self.policy, run.accepted)
+
+        data = DataBucket(self.s3, self.bucket)
+        folder = prefixes.run_report_key(run.run, "")
+        artifacts = RunArtifacts(
+            folder=self._uri(folder),
+            summary=self._uri(prefixes.run_report_key(run.run, "summary.json")),
+            metrics=self._put(data, run.run, "metrics.json", metrics.model_dump_json(indent=2), "application/json"),
+            model=model_uri,
+            model_version_id=model_version,
+            output=f"{base}/output.tar.gz" if outputs else None,
+        )
+        if rules is not None:
+            artifacts.rules = self._put(
+                data, run.run, "rules.json", rules.model_dump_json(indent=2), "application/json"
+            )
+        report = outputs.get("report.html") or self._debugger_report(described)
+        if report is not None:
+            artifacts.report = self._put_bytes(run.run, "report.html", report, "text/html; charset=utf-8")
+
+        package_arn = None
+        if verdict.accepted:
+            weights = prefixes.run_weights_prefix(run.run)
+            self.s3.put_object(Bucket=self.bucket, Key=f"{weights}model.pt", Body=model_files["model.pt"])
+            artifacts.weights = self._uri(f"{weights}model.pt")
+            package_arn = self._register(
+                run=run,
+                job=job,
+                described=described,
+                model_uri=model_uri,
+                metrics=metrics,
+                artifacts=artifacts,
+            )
+            assert metrics.miou is not None
+            accepted = AcceptedModel(
+                run=run.run,
+                job_name=job.job_name,
+                dataset_version=run.dataset_version,
+                model_uri=model_uri,
+                model_version_id=model_version,
+                weights_prefix_uri=self._uri(weights),
+                miou=metrics.miou,
+                per_class_iou=metrics.per_class_iou,
+                accepted_at=now,
+                model_package_arn=package_arn,
+            )
+        summary = RunSummary(
+            run=run.run,
+            outcome="accepted" if verdict.accepted else "rejected",
+            dataset_version=run.dataset_version,
+            pair_count=run.pair_count,
+            started_at=run.started_at,
+            finished_at=now,
+            duration_seconds=(now - run.started_at).total_seconds() if run.started_at else None,
+            job=job_summary(described),
+            miou=metrics.miou,
+            per_class_iou=metrics.per_class_iou,
+            train_images=metrics.train_images,
+            val_images=metrics.val_images,
+            epochs=len(metrics.epochs),
+            baseline_run=run.accepted.run if run.accepted else None,
+            gate=verdict,
+            rules_backend=rules.backend if rules else None,
+            rules=[
+                RuleVerdict(
+                    name=rule.name,
+                    status=rule.status,
+                    trigger_count=rule.trigger_count,
+                    recommendation=rule.recommendation,
+                    detail=rule.detail,
+                )
+                for rule in (rules.rules if rules else [])
+            ],
+            artifacts=artifacts,
+            model_package_arn=package_arn,
+        )
+        self._put(data, run.run, "summary.json", summary.model_dump_json(indent=2), "application/json")
+        if verdict.accepted:
+            # The commit point: from now on the next run starts from this model.
+            data.put_text(prefixes.ACCEPTED_MODEL, accepted.model_dump_json(indent=2), "application/json")
+        return Evaluation(
+            outcome=summary.outcome,
+            summary_uri=artifacts.summary,
+            miou=metrics.miou,
+            baseline_miou=verdict.baseline_miou,
+            model_package_arn=package_arn,
+        )
+
+    # ------------------------------------------------------------ the rules --
+    def _rules(self, described: Any, outputs: dict[str, bytes], now: datetime) -> RulesFile | None:
+        if described.get("ProfilerRuleConfigurations"):
+            return normalise_debugger_results(described, read_profiler_reports(self.s3, described), generated_at=now)
+        if "rules.json" in outputs:
+            return parse_rules_file(outputs["rules.json"])
+        return None  # profiling was off
+
+    def _debugger_report(self, described: Any) -> bytes | None:
+        if not described.get("ProfilerRuleConfigurations"):
+            return None
+        bucket, key = prefixes.split_s3_uri(describe_job(described).profiler_report_uri)
+        try:
+            body: bytes = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return None
+        return body
+
+    # ------------------------------------------------------ model registry --
+    def _register(
+        self,
+        *,
+        run: RunContext,
+        job: JobState,
+        described: Any,
+        model_uri: str,
+        metrics: MetricsFile,
+        artifacts: RunArtifacts,
+    ) -> str | None:
+        if not self.model_package_group:
+            return None
+        existing = self._package_of(run.run)
+        if existing is not None:
+            return existing  # a retry after the package was registered
+        image = described["AlgorithmSpecification"]["TrainingImage"].replace(
+            "/pytorch-training:", "/pytorch-inference:"
+        )
+        request: dict[str, Any] = {
+            "ModelPackageGroupName": self.model_package_group,
+            "ModelPackageDescription": (
+                f"run {run.run} on dataset version {run.dataset_version}: mIoU {metrics.miou:.4f}"
+            )[:1024],
+            "ModelApprovalStatus": "PendingManualApproval",
+            "InferenceSpecification": {
+                "Containers": [{"Image": image, "ModelDataUrl": model_uri}],
+                "SupportedContentTypes": ["application/x-image"],
+                "SupportedResponseMIMETypes": ["application/json"],
+            },
+            "CustomerMetadataProperties": {
+                RUN_TAG: run.run,
+                "retrain:dataset-version": run.dataset_version,
+                "retrain:training-job": job.job_name,
+                "retrain:miou": f"{metrics.miou:.4f}",
+            },
+        }
+        if artifacts.metrics is not None:
+            request["ModelMetrics"] = {
+                "ModelQuality": {"Statistics": {"ContentType": "application/json", "S3Uri": artifacts.metrics}}
+            }
+        arn: str = self.sagemaker.create_model_package(**request)["ModelPackageArn"]
+        return arn
+
+    def _package_of(self, run: str) -> str | None:
+        """A package an earlier attempt registered for this run (the ten newest are looked at)."""
+        listed = self.sagemaker.list_model_packages(
+            ModelPackageGroupName=self.model_package_group,
+            SortBy="CreationTime",
+            SortOrder="Descending",
+            MaxResults=10,
+        )
+        for package in listed.get("ModelPackageSummaryList", []):
+            arn = package["ModelPackageArn"]
+            described = self.sagemaker.describe_model_package(ModelPackageName=arn)
+            if described.get("CustomerMetadataProperties", {}).get(RUN_TAG) == run:
+                return arn
+        return None
+
+    # -------------------------------------------------------------- writing --
+    def _uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def _put(self, data: DataBucket, run: str, name: str, text: str, content_type: str) -> str:
+        data.put_text(prefixes.run_report_key(run, name), text, content_type)
+        return self._uri(prefixes.run_report_key(run, name))
+
+    def _put_bytes(self, run: str, name: str, body: bytes, content_type: str) -> str:
+        key = prefixes.run_report_key(run, name)
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+        return self._uri(key)
+
+
+def job_summary(described: Any) -> JobSummary:
+    resources = described.get("ResourceConfig", {})
+    hyperparameters = described.get("HyperParameters", {})
+    environment = described.get("Environment", {})
+    return JobSummary(
+        name=described["TrainingJobName"],
+        arn=described.get("TrainingJobArn"),
+        status=described.get("TrainingJobStatus"),
+        instance_type=resources.get("InstanceType"),
+        instance_count=resources.get("InstanceCount"),
+        distribution=_decoded(hyperparameters.get("backend")),
+        profiling=environment.get("RETRAIN_PROFILING"),
+        training_seconds=described.get("TrainingTimeInSeconds"),
+        billable_seconds=described.get("BillableTimeInSeconds"),
+        spot=bool(described.get("EnableManagedSpotTraining")),
+    )
+
+
+def _decoded(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return value
+    return str(decoded)
+
+
+def _metrics(raw: bytes | None, model_uri: str) -> MetricsFile:
+    if raw is None:
+        raise RunArtifactsMissingError(f"neither output.tar.gz nor {model_uri} holds metrics.json")
+    try:
+        return MetricsFile.model_validate_json(raw)
+    except ValidationError as error:
+        raise RunArtifactsMissingError(f"metrics.json is not what the trainer writes: {error}") from error

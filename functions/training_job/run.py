@@ -1,0 +1,177 @@
+"""A run's training job: started once per execution, looked at until it ends, stopped on failure.
+
+The job's name derives from the execution (and code and configuration: `training_job_name`), so
+a retried StartTraining state finds the job its first attempt created, and the failure branch can
+find a job even when the state that created it never returned.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ConfigDict
+
+from functions.common import prefixes
+from functions.common.errors import (
+    TrainerCodeMissingError,
+    TrainingJobFailedError,
+    TrainingJobOverdueError,
+    TrainingJobStoppedError,
+)
+from functions.common.models import JobState, RunContext, RunState
+from functions.common.polling import cap_for, next_wait
+from functions.training_job.builder import (
+    TrainingRun,
+    build_training_job_request,
+    start_training_job,
+    training_job_name,
+)
+from functions.training_job.config import JobConfig, load_job_config, parse_job_config
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+
+    from functions.common.settings import TrainingJobSettings
+
+# After MaxRuntime (and a spot job's MaxWait) SageMaker stops the job itself; this much later we
+# stop waiting for it to say so.
+GRACE = timedelta(hours=1)
+PENDING_RULES = frozenset({"InProgress", "Stopping"})
+CODE_SHA256_METADATA = "sha256"  # x-amz-meta-sha256 on the uploaded sourcedir.tar.gz
+
+
+class TrainingRequest(BaseModel):
+    """The state machine's input to this function."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Literal["start", "check", "stop"]
+    run: RunContext | None = None
+    job: JobState | None = None
+    # For "stop": the whole state of the failed run (what got that far).
+    state: RunState | None = None
+
+
+class StopOutcome(BaseModel):
+    job_name: str | None  # None: no job had been created
+    status: str | None = None  # the job's status before the stop
+    stopped: bool = False
+
+
+def job_config(settings: TrainingJobSettings) -> JobConfig:
+    """The stack's job configuration (`TRAINING_JOB_*`), with the template's extra flags merged."""
+    config = load_job_config()
+    if not settings.training_extra_hyperparameters:
+        return config
+    merged = {**config.hyperparameters, **settings.training_extra_hyperparameters}
+    return parse_job_config({**config.model_dump(), "hyperparameters": merged})
+
+
+def job_for_run(config: JobConfig, run: RunContext, *, s3: S3Client, bucket: str) -> tuple[JobConfig, TrainingRun]:
+    """The configuration and run this execution's job is built from (warm start included)."""
+    try:
+        head = s3.head_object(Bucket=bucket, Key=prefixes.TRAINER_CODE)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey"}:
+            raise TrainerCodeMissingError(
+                f"the trainer is not at s3://{bucket}/{prefixes.TRAINER_CODE}: upload it "
+                "(`make upload-trainer STACK=<stack>` after `sam deploy`)"
+            ) from error
+        raise
+    if run.accepted is not None:
+        # Start from the accepted model and score it on this version's validation split.
+        config = config.model_copy(update={"model_s3_uri": run.accepted.weights_prefix_uri})
+    training_run = TrainingRun(
+        dataset_version=run.dataset_version,
+        execution=run.run,
+        code_sha256=head.get("Metadata", {}).get(CODE_SHA256_METADATA),
+        code_s3_uri=f"s3://{bucket}/{prefixes.TRAINER_CODE}",
+    )
+    return config, training_run
+
+
+def start(config: JobConfig, run: RunContext, *, sagemaker: SageMakerClient, s3: S3Client, bucket: str) -> JobState:
+    config, training_run = job_for_run(config, run, s3=s3, bucket=bucket)
+    started = start_training_job(build_training_job_request(config, training_run), sagemaker=sagemaker)
+    return JobState(
+        job_name=started.job_name,
+        job_arn=started.job_arn,
+        status="InProgress",
+        wait_seconds=run.poll_seconds,
+        created_at=datetime.now(UTC),
+        already_existed=started.already_existed,
+    )
+
+
+def check(job: JobState, *, first_wait: int, sagemaker: SageMakerClient, now: datetime | None = None) -> JobState:
+    """The job as it is now; raises when it failed, was stopped, or is overdue."""
+    described: Any = sagemaker.describe_training_job(TrainingJobName=job.job_name)
+    status = described["TrainingJobStatus"]
+    secondary = described.get("SecondaryStatus")
+    if status == "Failed":
+        raise TrainingJobFailedError(
+            f"training job {job.job_name} failed: {described.get('FailureReason') or 'no reason given'}"
+        )
+    if status == "Stopped":
+        raise TrainingJobStoppedError(f"training job {job.job_name} was stopped ({secondary}) before it completed")
+    stopping = described.get("StoppingCondition", {})
+    limit = max(stopping.get("MaxRuntimeInSeconds", 86400), stopping.get("MaxWaitTimeInSeconds", 0))
+    created = described.get("CreationTime") or job.created_at or datetime.now(UTC)
+    deadline = created + timedelta(seconds=limit) + GRACE
+    moment = now or datetime.now(UTC)
+    if status in {"InProgress", "Stopping"} and moment > deadline:
+        if status == "InProgress":
+            sagemaker.stop_training_job(TrainingJobName=job.job_name)
+        raise TrainingJobOverdueError(
+            f"training job {job.job_name} was still {status} ({secondary}) at {moment:%Y-%m-%d %H:%M} "
+            f"UTC, {GRACE} past its limit of {limit} s: stopped"
+        )
+    pending = sorted(
+        rule["RuleConfigurationName"]
+        for rule in described.get("ProfilerRuleEvaluationStatuses", [])
+        if rule.get("RuleEvaluationStatus") in PENDING_RULES
+    )
+    phase: Literal["training", "rules", "done"] = (
+        "training" if status != "Completed" else ("rules" if pending else "done")
+    )
+    looked = job.checks + 1
+    return job.model_copy(
+        update={
+            "status": status,
+            "secondary_status": secondary,
+            "phase": phase,
+            "rules_pending": pending,
+            "checks": looked,
+            "wait_seconds": next_wait(first_wait, looked, cap_for(limit)),
+            "created_at": created,
+            "deadline": deadline,
+        }
+    )
+
+
+def stop_if_started(
+    config: JobConfig, state: RunState, *, sagemaker: SageMakerClient, s3: S3Client, bucket: str
+) -> StopOutcome:
+    """Stop this execution's job if it exists and still runs (the failure branch's first step)."""
+    if state.job is not None:
+        name = state.job.job_name
+    elif state.run is not None:
+        try:
+            name = training_job_name(*job_for_run(config, state.run, s3=s3, bucket=bucket))
+        except TrainerCodeMissingError:
+            return StopOutcome(job_name=None)  # without code no job can have been created
+    else:
+        return StopOutcome(job_name=None)
+    try:
+        status = sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "ValidationException":
+            return StopOutcome(job_name=None)  # "Requested resource not found": never created
+        raise
+    if status != "InProgress":
+        return StopOutcome(job_name=name, status=status)
+    sagemaker.stop_training_job(TrainingJobName=name)
+    return StopOutcome(job_name=name, status=status, stopped=True)

@@ -1,0 +1,67 @@
+"""What tests of a retraining run do: drop scenes with a validation split, run to the end, read back."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+from functions.common.contracts import split_for
+from retrain.local.stack import OfflineStack
+from tests.integration.data_drops import drain, executions, scene, upload, upload_pair, wait_until
+
+RUN_TIMEOUT = 300  # seconds: a tiny job on two emulated hosts takes well under a minute here
+
+
+@cache
+def _split_of(seed: int) -> str:
+    import hashlib  # noqa: PLC0415
+
+    return split_for(hashlib.sha256(scene(seed).image).hexdigest(), 0.1)
+
+
+def drop_with_validation(
+    stack: OfflineStack, batch: str, *, train: int, val: int, skip: int = 0, marker: bool = True
+) -> list[int]:
+    """Upload `train` + `val` scenes whose content hashes put them in those splits (seeds from
+    `skip` on, so two drops never share a scene), then the batch's `_COMPLETE` marker."""
+    wanted = {"train": train, "val": val}
+    seeds = []
+    seed = skip * 1000
+    while any(wanted.values()):
+        split = _split_of(seed)
+        if wanted[split]:
+            wanted[split] -= 1
+            seeds.append(seed)
+        seed += 1
+    for seed in seeds:
+        upload_pair(stack, batch, f"scene-{seed}", scene(seed))
+    if marker:
+        upload(stack, f"incoming/{batch}/_COMPLETE", b"")
+    return seeds
+
+
+def run_to_end(stack: OfflineStack, *, after: int = 0, timeout: float = RUN_TIMEOUT) -> dict[str, Any]:
+    """Deliver the drop, wait for run number `after + 1` to end; its DescribeExecution."""
+    drain(stack)
+    wait_until(lambda: len(executions(stack)) > after, timeout=60, message="a run to start")
+    newest = sorted(executions(stack), key=lambda e: e["startDate"])[after]
+    return stack.wait_for_execution(newest["executionArn"], timeout=timeout)
+
+
+def history_states(stack: OfflineStack, execution_arn: str) -> list[str]:
+    """The states the execution entered, in order."""
+    return [
+        event["stateEnteredEventDetails"]["name"]
+        for event in stack.history(execution_arn)
+        if "stateEnteredEventDetails" in event
+    ]
+
+
+def job_names(stack: OfflineStack) -> list[str]:
+    listed = stack.aws.sagemaker.list_training_jobs()
+    return [job["TrainingJobName"] for job in listed["TrainingJobSummaries"]]
+
+
+def read_json(stack: OfflineStack, key: str) -> Any:
+    return json.loads(stack.aws.s3.get_object(Bucket=stack.ref("DataBucket"), Key=key)["Body"].read())
