@@ -89,6 +89,8 @@ class RunContext(BaseModel):
     started_at: datetime | None = None
     # The first wait of every polling loop, in seconds (tests: 0); loops back off from it.
     poll_seconds: int = Field(default=60, ge=0)
+    # The longest wait between two looks (raised for long jobs: `functions/common/polling.py`).
+    poll_max_seconds: int = Field(default=300, ge=1)
     # The model this run starts from and is compared with (None: the first run).
     accepted: AcceptedModel | None = None
 

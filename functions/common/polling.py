@@ -1,9 +1,9 @@
 """How long a run waits between two looks at something slow (an FSx import, a training job).
 
 Every look costs about nine history events (Wait, Task, Choice) and a Standard execution stops at
-25,000: the wait starts at the run's `poll_seconds`, doubles after each look, and is capped so
-that even a job that runs its whole MaxRuntime is looked at no more than `MAX_LOOKS` times
-(about 9,000 events).
+25,000: the wait starts at the run's `poll_seconds`, doubles after each look, and is capped at the
+run's `poll_max_seconds` (300 by default), raised so that even a job that runs its whole
+MaxRuntime is looked at no more than `MAX_LOOKS` times (about 9,000 events).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ DEFAULT_CAP_SECONDS = 300
 MAX_LOOKS = 1000
 
 
-def cap_for(expected_seconds: int) -> int:
-    """The longest wait for something that may take `expected_seconds`."""
-    return max(DEFAULT_CAP_SECONDS, math.ceil(expected_seconds / MAX_LOOKS))
+def cap_for(expected_seconds: int, floor: int = DEFAULT_CAP_SECONDS) -> int:
+    """The longest wait for something that may take `expected_seconds` (never below `floor`)."""
+    return max(floor, math.ceil(expected_seconds / MAX_LOOKS))
 
 
 def next_wait(first_seconds: int, looks: int, cap_seconds: int = DEFAULT_CAP_SECONDS) -> int:

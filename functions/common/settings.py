@@ -58,6 +58,7 @@ class PrepareRunSettings(DataBucketSettings):
 
     # The first wait of every polling loop of a run (the loops back off from it).
     poll_seconds: int = Field(default=60, ge=0)
+    poll_max_seconds: int = Field(default=300, ge=1)
 
 
 class DatasetSyncSettings(DataBucketSettings):

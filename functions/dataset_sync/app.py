@@ -30,7 +30,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             sync = check_import(
                 clients.fsx(),
                 request.sync,
-                first_wait=request.run.poll_seconds,
+                run=request.run,
                 timeout_seconds=settings.import_timeout_seconds,
             )
     logger.info("FSx import", extra=sync.model_dump(mode="json"))

@@ -73,7 +73,7 @@ def check_import(
     fsx: FSxClient,
     sync: SyncState,
     *,
-    first_wait: int,
+    run: RunContext,
     timeout_seconds: int,
     now: datetime | None = None,
 ) -> SyncState:
@@ -102,7 +102,7 @@ def check_import(
             "lifecycle": lifecycle,
             "done": lifecycle == "SUCCEEDED",
             "checks": looked,
-            "wait_seconds": next_wait(first_wait, looked),
+            "wait_seconds": next_wait(run.poll_seconds, looked, run.poll_max_seconds),
             "files": status.get("TotalCount") if lifecycle == "SUCCEEDED" else None,
         }
     )

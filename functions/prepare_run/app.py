@@ -23,6 +23,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             s3=clients.s3(),
             bucket=settings.data_bucket,
             poll_seconds=settings.poll_seconds,
+            poll_max_seconds=settings.poll_max_seconds,
         )
     logger.info("run prepared", extra=run.model_dump(mode="json"))
     return run.model_dump(mode="json")

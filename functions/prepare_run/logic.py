@@ -29,7 +29,9 @@ def parse_run_input(event: dict[str, Any]) -> RunInput:
         ) from exc
 
 
-def prepare_run(run: RunInput, *, s3: S3Client, bucket: str, poll_seconds: int = 60) -> RunContext:
+def prepare_run(
+    run: RunInput, *, s3: S3Client, bucket: str, poll_seconds: int = 60, poll_max_seconds: int = 300
+) -> RunContext:
     key = prefixes.manifest_key(run.dataset_version)
     try:
         manifest = s3.get_object(Bucket=bucket, Key=key)
@@ -49,6 +51,7 @@ def prepare_run(run: RunInput, *, s3: S3Client, bucket: str, poll_seconds: int =
         pair_count=pair_count,
         started_at=run.started_at,
         poll_seconds=poll_seconds,
+        poll_max_seconds=poll_max_seconds,
         accepted=accepted_model(s3, bucket),
     )
 

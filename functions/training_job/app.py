@@ -25,7 +25,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         if request.action == "start" and request.run is not None:
             result: Any = run.start(run.job_config(settings), request.run, **aws, **store)
         elif request.action == "check" and request.job is not None and request.run is not None:
-            result = run.check(request.job, first_wait=request.run.poll_seconds, **aws)
+            result = run.check(request.job, run=request.run, **aws)
         elif request.action == "stop" and request.state is not None:
             result = run.stop_if_started(run.job_config(settings), request.state, **aws, **store)
         else:

@@ -106,7 +106,7 @@ def start(config: JobConfig, run: RunContext, *, sagemaker: SageMakerClient, s3:
     )
 
 
-def check(job: JobState, *, first_wait: int, sagemaker: SageMakerClient, now: datetime | None = None) -> JobState:
+def check(job: JobState, *, run: RunContext, sagemaker: SageMakerClient, now: datetime | None = None) -> JobState:
     """The job as it is now; raises when it failed, was stopped, or is overdue."""
     described: Any = sagemaker.describe_training_job(TrainingJobName=job.job_name)
     status = described["TrainingJobStatus"]
@@ -145,7 +145,7 @@ def check(job: JobState, *, first_wait: int, sagemaker: SageMakerClient, now: da
             "phase": phase,
             "rules_pending": pending,
             "checks": looked,
-            "wait_seconds": next_wait(first_wait, looked, cap_for(limit)),
+            "wait_seconds": next_wait(run.poll_seconds, looked, cap_for(limit, floor=run.poll_max_seconds)),
             "created_at": created,
             "deadline": deadline,
         }

@@ -106,6 +106,7 @@ DEMO_PARAMETERS = {
     "MinNewPairs": "1",
     "SettleSeconds": "0",
     "PollSeconds": "1",
+    "PollMaxSeconds": "2",
     "TrainingInstanceType": "ml.m5.xlarge",
     "TrainingInstanceCount": "1",
     "TrainingEpochs": "4",

@@ -36,7 +36,8 @@ DATA = {
 
 
 # A training job that finishes in seconds here: a narrow model, small crops, one emulated CPU
-# host, and no waiting between two looks at the FSx import or the job.
+# host, and a look at the FSx import or the job every second (not 0: a loop with no wait keeps a
+# core busy that the trainer needs, and writes hundreds of history events).
 TRAINING = {
     "TrainingInstanceType": "ml.m5.xlarge",
     "TrainingInstanceCount": "1",
@@ -45,7 +46,8 @@ TRAINING = {
     "TrainingBatchSize": "2",
     "TrainingCrop": "96x48",
     "TrainingExtraHyperparameters": '{"workers": 0}',
-    "PollSeconds": "0",
+    "PollSeconds": "1",
+    "PollMaxSeconds": "1",
 }
 
 

@@ -38,7 +38,7 @@ def _import(stack: OfflineStack, run: RunContext) -> SyncState:
     )
     assert stack.fsx is not None
     stack.fsx.wait(sync.task_id)
-    return check_import(stack.aws.fsx, sync, first_wait=0, timeout_seconds=600)
+    return check_import(stack.aws.fsx, sync, run=run, timeout_seconds=600)
 
 
 def _mount(stack: OfflineStack) -> str:

@@ -57,6 +57,7 @@ def test_a_drop_is_trained_on_two_hosts_evaluated_and_its_model_accepted(stack: 
     for state in ("Start training", "Check the training job", "Evaluate the run", "Tell the team how the run went"):
         assert state in states
     assert "Wait for the profiler rules" not in states, "built-in profiling has no rule jobs to wait for"
+    assert states.count("Check the training job") < 60, "one look a second, not a busy loop"
     name = run["name"]
     folder = f"reports/runs/{name}/"
     listed = stack.aws.s3.list_objects_v2(Bucket=stack.ref("DataBucket"), Prefix=folder)
