@@ -74,7 +74,7 @@ build-%:
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp -r functions "$(ARTIFACTS_DIR)/"
 	$(PYTHON) -m pip install --quiet --target "$(ARTIFACTS_DIR)" \
-	  -c constraints.txt 'aws-lambda-powertools[tracer]' pydantic pydantic-settings pillow
+	  -c constraints.txt 'aws-lambda-powertools[tracer]' pydantic pydantic-settings pillow slack-sdk
 
 clean: ## Remove the environment and caches
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache *.egg-info

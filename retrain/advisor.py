@@ -26,12 +26,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-# Where the table's prices come from, and when they were written down (not fetched live).
-PRICES_SOURCE = (
-    "AWS SageMaker AI pricing page, On-Demand, Training, US East (N. Virginia): "
-    "https://aws.amazon.com/sagemaker/pricing/"
-)
-PRICES_AS_OF = "the 2024-2025 listing, written down by hand, not fetched live"
+from functions.common.prices import PRICES_AS_OF, PRICES_SOURCE, TRAINING_PRICE_PER_HOUR
+
+__all__ = ["PRICES_AS_OF", "PRICES_SOURCE"]
 
 # No scaling plan grows past this many instances: beyond it a target is called unreachable.
 MAX_INSTANCES = 64
@@ -48,12 +45,12 @@ class InstanceType:
 INSTANCE_TYPES: dict[str, InstanceType] = {
     item.name: item
     for item in (
-        InstanceType("ml.p3.16xlarge", 8, "V100 16 GB", 28.152),
-        InstanceType("ml.p4d.24xlarge", 8, "A100 40 GB", 37.688),
-        InstanceType("ml.p4de.24xlarge", 8, "A100 80 GB", 47.110),
-        InstanceType("ml.p5.48xlarge", 8, "H100 80 GB", 113.068),
-        InstanceType("ml.g5.48xlarge", 8, "A10G 24 GB", 20.360),
-        InstanceType("ml.g6e.48xlarge", 8, "L40S 48 GB", 37.664),
+        InstanceType("ml.p3.16xlarge", 8, "V100 16 GB", TRAINING_PRICE_PER_HOUR["ml.p3.16xlarge"]),
+        InstanceType("ml.p4d.24xlarge", 8, "A100 40 GB", TRAINING_PRICE_PER_HOUR["ml.p4d.24xlarge"]),
+        InstanceType("ml.p4de.24xlarge", 8, "A100 80 GB", TRAINING_PRICE_PER_HOUR["ml.p4de.24xlarge"]),
+        InstanceType("ml.p5.48xlarge", 8, "H100 80 GB", TRAINING_PRICE_PER_HOUR["ml.p5.48xlarge"]),
+        InstanceType("ml.g5.48xlarge", 8, "A10G 24 GB", TRAINING_PRICE_PER_HOUR["ml.g5.48xlarge"]),
+        InstanceType("ml.g6e.48xlarge", 8, "L40S 48 GB", TRAINING_PRICE_PER_HOUR["ml.g6e.48xlarge"]),
     )
 }
 DEFAULT_INSTANCE_TYPE = "ml.p4d.24xlarge"

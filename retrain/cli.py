@@ -9,6 +9,7 @@ import typer
 
 from retrain.commands import advise as advise_command
 from retrain.commands import data as data_command
+from retrain.commands import link as link_command
 from retrain.commands import local
 from retrain.commands import package as package_command
 from retrain.commands import plan_job as plan_job_command
@@ -30,6 +31,7 @@ app.command(name="validate")(validate_command.validate)
 app.command(name="plan-job")(plan_job_command.command)
 app.command(name="advise")(advise_command.command)
 app.command(name="package-trainer")(package_command.command)
+app.command(name="link")(link_command.command)
 
 
 def main() -> None:

@@ -27,9 +27,11 @@ if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_stepfunctions import SFNClient
+    from mypy_boto3_sts import STSClient
 
 MAX_ATTEMPTS = 8
 RETRY_CONFIG = Config(
@@ -45,10 +47,11 @@ def make(
     session: boto3.session.Session | None = None,
     endpoint_url: str | None = None,
     config: Config = RETRY_CONFIG,
-    credentials: tuple[str, str] | None = None,
+    credentials: tuple[str, str] | tuple[str, str, str] | None = None,
 ) -> Any:
-    """A client for `service`; `credentials` (key id, secret) only where none are configured."""
-    key_id, secret = credentials or (None, None)
+    """A client for `service`; `credentials` (key id, secret[, session token]) to sign with
+    others than the configured ones (a role session; the offline stack's placeholders)."""
+    key_id, secret, token = (*credentials, None)[:3] if credentials else (None, None, None)
     # boto3's default session unless told otherwise: the offline stack's emulators hook into it.
     factory = session.client if session is not None else boto3.client
     return factory(  # type: ignore[call-overload]
@@ -57,6 +60,7 @@ def make(
         config=config,
         aws_access_key_id=key_id,
         aws_secret_access_key=secret,
+        aws_session_token=token,
     )
 
 
@@ -97,6 +101,16 @@ def fsx() -> FSxClient:
 
 def sagemaker() -> SageMakerClient:
     client: SageMakerClient = _client("sagemaker")
+    return client
+
+
+def secretsmanager() -> SecretsManagerClient:
+    client: SecretsManagerClient = _client("secretsmanager")
+    return client
+
+
+def sts() -> STSClient:
+    client: STSClient = _client("sts")
     return client
 
 

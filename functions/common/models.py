@@ -56,6 +56,7 @@ class RunInput(BaseModel):
 
     dataset_version: DatasetVersion
     execution: DatasetVersion | None = None  # $$.Execution.Name: the run's name
+    execution_arn: str | None = None  # $$.Execution.Id: links to the execution
     started_at: datetime | None = None  # $$.Execution.StartTime
 
 
@@ -82,10 +83,16 @@ class RunContext(BaseModel):
     """What every later state knows about the run."""
 
     run: str = ""  # the execution's name; reports go to reports/runs/<run>/
+    execution_arn: str | None = None
     dataset_version: DatasetVersion
     manifest_uri: str
     manifest_version_id: str | None
     pair_count: int = Field(ge=0)
+    # Pairs the accepted model was not trained on, and the batches they came in.
+    new_pairs: int | None = Field(default=None, ge=0)
+    new_batches: list[str] = Field(default_factory=list)
+    # Whether the team wants a message when a run starts (one at the end is always sent).
+    notify_on_start: bool = False
     started_at: datetime | None = None
     # The first wait of every polling loop, in seconds (tests: 0); loops back off from it.
     poll_seconds: int = Field(default=60, ge=0)

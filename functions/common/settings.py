@@ -59,6 +59,7 @@ class PrepareRunSettings(DataBucketSettings):
     # The first wait of every polling loop of a run (the loops back off from it).
     poll_seconds: int = Field(default=60, ge=0)
     poll_max_seconds: int = Field(default=300, ge=1)
+    notify_on_start: bool = False
 
 
 class DatasetSyncSettings(DataBucketSettings):
@@ -83,6 +84,10 @@ class EvaluateRunSettings(DataBucketSettings):
 
 class NotifySettings(DataBucketSettings):
     notification_topic_arn: str = Field(min_length=20)
+    # The secret holding {"webhook_url": ...}; empty: no Slack.
+    slack_webhook_secret_arn: str = ""
+    # The role whose sessions sign report links (their expiry is known, so the message is true).
+    report_reader_role_arn: str = ""
 
 
 SettingsT = TypeVar("SettingsT", bound=FunctionSettings)

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.common.rules import RuleStatus
 
-RunOutcome = Literal["accepted", "rejected", "failed", "stopped"]
+# "running": the optional message when a run starts; the others end a run.
+RunOutcome = Literal["running", "accepted", "rejected", "failed", "stopped"]
 
 
 class GateVerdict(BaseModel):
@@ -75,7 +76,10 @@ class RunSummary(BaseModel):
     run: str
     outcome: RunOutcome
     dataset_version: str
+    execution_arn: str | None = None
     pair_count: int | None = None
+    new_pairs: int | None = None  # pairs the accepted model was not trained on
+    new_batches: list[str] = Field(default_factory=list)  # the batches they came in
     started_at: datetime | None = None
     finished_at: datetime
     duration_seconds: float | None = None

@@ -1,63 +1,92 @@
-"""Tell the team how a run went: from its summary, or, for a failure, from what got that far.
+"""Tell the team how a run went, by e-mail (SNS) and in Slack, from one summary.
 
 A failed or stopped run gets a `summary.json` of its own here (the failure branch has no
-EvaluateRun), so every run, whatever its end, leaves one under `reports/runs/<run>/`.
+EvaluateRun), so every run, whatever its end, leaves one under `reports/runs/<run>/`. Slack is
+best effort: no webhook configured, a secret that cannot be read, or Slack being down skips or
+fails the Slack message with one log line, never the run and never the SNS message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict
 
 from functions.common import prefixes
-from functions.common.models import RunState
+from functions.common.models import RunContext, RunState
 from functions.common.summary import RunArtifacts, RunSummary
 from functions.data.storage import DataBucket
-from functions.notify import render
+from functions.notify import render, slack
+from functions.notify.links import RunLinks, presign_report, run_links
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sns import SNSClient
+    from mypy_boto3_sts import STSClient
 
 STOPPED_ERRORS = frozenset({"TrainingJobStoppedError"})
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class NotifyRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    kind: Literal["finished", "failed"]
+    kind: Literal["started", "finished", "failed"]
     execution: str  # $$.Execution.Name
+    execution_arn: str | None = None  # $$.Execution.Id
     summary_uri: str | None = None  # finished: EvaluateRun's summary
+    run: RunContext | None = None  # started
     state: RunState | None = None  # failed: the whole state
 
 
 class Notified(BaseModel):
     outcome: str
     subject: str
-    summary_uri: str
+    summary_uri: str | None
     message_id: str
+    slack: slack.SlackOutcome
+
+
+def usable_webhook(url: str | None) -> str | None:
+    """Why a webhook URL cannot be used (None: it can): https, or http on loopback (offline)."""
+    if not url:
+        return "no Slack webhook is configured (the secret's webhook_url is empty)"
+    parsed = urlparse(url)
+    if parsed.scheme == "https" and parsed.hostname:
+        return None
+    if parsed.scheme == "http" and parsed.hostname in LOOPBACK:
+        return None
+    return "the secret's webhook_url is not an https URL"
 
 
 @dataclass(frozen=True)
 class Notifier:
     s3: S3Client
     sns: SNSClient
+    sts: STSClient
     bucket: str
     topic_arn: str
+    region: str
+    report_reader_role_arn: str
+    webhook: Callable[[], str | None]  # the Slack webhook URL, read when a message is sent
 
     def notify(self, request: NotifyRequest, now: datetime | None = None) -> Notified:
+        now = now or datetime.now(UTC)
         if request.kind == "finished" and request.summary_uri is not None:
             summary = self._read(request.summary_uri)
+        elif request.kind == "started" and request.run is not None:
+            summary = self._started_summary(request, request.run, now)
         else:
-            summary = self._failure_summary(request, now or datetime.now(UTC))
-        subject = render.subject(summary)
+            summary = self._failure_summary(request, now)
+        message = render.render(summary, self._links(summary, now))
         message_id = self.sns.publish(
             TopicArn=self.topic_arn,
-            Subject=subject,
-            Message=render.body(summary),
+            Subject=message.subject,
+            Message=message.text,
             MessageAttributes={
                 "outcome": {"DataType": "String", "StringValue": summary.outcome},
                 "dataset_version": {"DataType": "String", "StringValue": summary.dataset_version},
@@ -65,37 +94,98 @@ class Notifier:
         )["MessageId"]
         return Notified(
             outcome=summary.outcome,
-            subject=subject,
-            summary_uri=summary.artifacts.summary,
+            subject=message.subject,
+            summary_uri=summary.artifacts.summary if summary.outcome != "running" else None,
             message_id=message_id,
+            slack=self._slack(message.slack),
         )
 
+    # ------------------------------------------------------------ channels --
+    def _slack(self, message: dict[str, object]) -> slack.SlackOutcome:
+        try:
+            url = self.webhook()
+        except Exception as error:
+            return slack.SlackOutcome(
+                delivered=False, skipped=f"the Slack secret cannot be read: {type(error).__name__}"
+            )
+        problem = usable_webhook(url)
+        if problem is not None or url is None:
+            return slack.SlackOutcome(delivered=False, skipped=problem)
+        return slack.post(url, message)
+
+    def _links(self, summary: RunSummary, now: datetime) -> RunLinks:
+        report_key = None
+        report = None
+        if summary.artifacts.report is not None:
+            bucket, report_key = prefixes.split_s3_uri(summary.artifacts.report)
+            if self.report_reader_role_arn:
+                report = presign_report(
+                    sts=self.sts,
+                    role_arn=self.report_reader_role_arn,
+                    run=summary.run,
+                    bucket=bucket,
+                    key=report_key,
+                    now=now,
+                )
+        return run_links(
+            region=self.region,
+            bucket=self.bucket,
+            run=summary.run,
+            job_name=summary.job.name if summary.job else None,
+            execution_arn=summary.execution_arn,
+            report_key=report_key,
+            batches=summary.new_batches,
+            report=report,
+        )
+
+    # ----------------------------------------------------------- summaries --
     def _read(self, uri: str) -> RunSummary:
         bucket, key = prefixes.split_s3_uri(uri)
         return RunSummary.model_validate_json(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+    def _artifacts(self, run: str) -> RunArtifacts:
+        key = prefixes.run_report_key(run, "summary.json")
+        return RunArtifacts(
+            folder=f"s3://{self.bucket}/{prefixes.run_report_key(run, '')}", summary=f"s3://{self.bucket}/{key}"
+        )
+
+    def _started_summary(self, request: NotifyRequest, run: RunContext, now: datetime) -> RunSummary:
+        return RunSummary(
+            run=run.run or request.execution,
+            outcome="running",
+            dataset_version=run.dataset_version,
+            execution_arn=request.execution_arn,
+            pair_count=run.pair_count,
+            new_pairs=run.new_pairs,
+            new_batches=run.new_batches,
+            started_at=run.started_at,
+            finished_at=now,
+            baseline_run=run.accepted.run if run.accepted else None,
+            artifacts=self._artifacts(run.run or request.execution),
+        )
 
     def _failure_summary(self, request: NotifyRequest, now: datetime) -> RunSummary:
         state = request.state or RunState()
         failure = state.failure
         run = state.run
         name = run.run if run is not None and run.run else request.execution
-        key = prefixes.run_report_key(name, "summary.json")
         summary = RunSummary(
             run=name,
             outcome="stopped" if failure.error in STOPPED_ERRORS else "failed",
             dataset_version=(run.dataset_version if run else state.dataset_version) or "unknown",
+            execution_arn=request.execution_arn,
             pair_count=run.pair_count if run else None,
+            new_pairs=run.new_pairs if run else None,
+            new_batches=run.new_batches if run else [],
             started_at=run.started_at if run else None,
             finished_at=now,
             duration_seconds=(now - run.started_at).total_seconds() if run and run.started_at else None,
             baseline_run=run.accepted.run if run and run.accepted else None,
-            artifacts=RunArtifacts(
-                folder=f"s3://{self.bucket}/{prefixes.run_report_key(name, '')}",
-                summary=f"s3://{self.bucket}/{key}",
-            ),
+            artifacts=self._artifacts(name),
             failed_state=failure.state,
             error=failure.error,
             cause=failure.message,
         )
+        key = prefixes.run_report_key(name, "summary.json")
         DataBucket(self.s3, self.bucket).put_text(key, summary.model_dump_json(indent=2), "application/json")
         return summary

@@ -1,67 +1,278 @@
-"""A run summary in words: the e-mail subject and body the team receives over SNS."""
+"""One renderer, two channels: a run summary as an e-mail (SNS) and as a Slack Block Kit message.
+
+Both say the same things, in the same order: the outcome; the data (dataset version, pairs, new
+pairs since the last run); duration, instances and an estimated cost; mIoU with its change and
+the classes that got worse; each profiler rule that found issues, with what to do (the rest in one
+line); for a failure, where, the error and the first lines of the cause; then the links. Slack's
+limits (50 blocks, 3,000 characters a section, 10 fields, 75 a button label) hold whatever the run
+produced: long texts are cut with an ellipsis, surplus rules summarised.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import BaseModel
+
+from functions.common.prices import estimated_cost
 from functions.common.summary import RunSummary
+from functions.notify.links import RunLinks
 
 SUBJECT_LIMIT = 100  # SNS refuses longer subjects
 CAUSE_LINES = 8
+MAX_BLOCKS = 50
+SECTION_LIMIT = 3000
+FIELD_LIMIT = 2000
+HEADER_LIMIT = 150
+BUTTON_LIMIT = 75
+MAX_RULE_SECTIONS = 10
 
-_HEADLINES = {
+HEADLINES = {
     "accepted": "Retraining accepted",
     "rejected": "Retraining rejected by the quality gate",
     "failed": "Retraining failed",
     "stopped": "Retraining stopped",
+    "running": "Retraining started",
+}
+_ICONS = {
+    "accepted": ":white_check_mark:",
+    "rejected": ":warning:",
+    "failed": ":x:",
+    "stopped": ":black_square_for_stop:",
+    "running": ":arrow_forward:",
 }
 
 
-def subject(summary: RunSummary) -> str:
-    headline = _HEADLINES[summary.outcome]
-    if summary.outcome in {"accepted", "rejected"} and summary.miou is not None:
-        change = summary.gate.miou_change if summary.gate else None
-        delta = f" ({change:+.3f})" if change is not None else ""
-        headline = f"{headline}: mIoU {summary.miou:.3f}{delta}"
-    elif summary.failed_state:
-        headline = f"{headline} at {summary.failed_state}"
-    text = f"{headline} - {summary.dataset_version}"
-    return text if len(text) <= SUBJECT_LIMIT else text[: SUBJECT_LIMIT - 3] + "..."
+class Rendered(BaseModel):
+    subject: str
+    text: str  # the e-mail body
+    slack: dict[str, Any]  # {"text": ..., "blocks": [...]}
 
 
-def body(summary: RunSummary) -> str:
-    lines = [f"{_HEADLINES[summary.outcome]}.", ""]
-    lines.append(f"Run:              {summary.run}")
-    lines.append(f"Dataset version:  {summary.dataset_version} ({summary.pair_count} pairs)")
-    if summary.duration_seconds is not None:
-        lines.append(f"Duration:         {_duration(summary.duration_seconds)}")
-    if summary.job is not None:
-        job = summary.job
-        lines.append(f"Training job:     {job.name} ({job.instance_count} x {job.instance_type})")
-    if summary.miou is not None:
-        lines.append(f"mIoU:             {summary.miou:.3f}")
-    if summary.gate is not None:
-        lines += ["", "Quality gate: " + ("accepted" if summary.gate.accepted else "rejected")]
-        lines += [f"  - {reason}" for reason in summary.gate.reasons]
-        if summary.gate.worse_classes:
-            worse = ", ".join(f"{name} {delta:+.3f}" for name, delta in summary.gate.worse_classes.items())
-            lines.append(f"  Classes that got worse: {worse}")
-    issues = [rule for rule in summary.rules if rule.status == "IssuesFound"]
-    if summary.rules:
-        lines += [
-            "",
-            f"Profiler rules ({summary.rules_backend}): {len(issues)} of {len(summary.rules)} found issues",
+def render(summary: RunSummary, links: RunLinks) -> Rendered:
+    facts = _Facts(summary, links, summary.outcome)
+    return Rendered(subject=facts.subject(), text=facts.email(), slack=facts.slack())
+
+
+class _Facts:
+    def __init__(self, summary: RunSummary, links: RunLinks, outcome: str) -> None:
+        self.s = summary
+        self.links = links
+        self.outcome = outcome
+
+    # ------------------------------------------------------------- the facts --
+    def headline(self) -> str:
+        return HEADLINES[self.outcome]
+
+    def subject(self) -> str:
+        s = self.s
+        text = self.headline()
+        if self.outcome in {"accepted", "rejected"} and s.miou is not None:
+            change = s.gate.miou_change if s.gate else None
+            text += f": mIoU {s.miou:.3f}" + (f" ({change:+.3f})" if change is not None else "")
+        elif self.outcome in {"failed", "stopped"} and s.failed_state:
+            text += f" at {s.failed_state}"
+        return _cut(f"{text} - {s.dataset_version}", SUBJECT_LIMIT)
+
+    def data(self) -> str:
+        s = self.s
+        pairs = f"{s.pair_count} pairs" if s.pair_count is not None else "pairs unknown"
+        if s.new_pairs is not None:
+            pairs += f", {s.new_pairs} new since the accepted model" if s.baseline_run else f", {s.new_pairs} new"
+        return f"{s.dataset_version} ({pairs})"
+
+    def duration(self) -> str | None:
+        return _duration(self.s.duration_seconds) if self.s.duration_seconds is not None else None
+
+    def instances(self) -> str | None:
+        job = self.s.job
+        if job is None or job.instance_type is None:
+            return None
+        return f"{job.instance_count or 1} x {job.instance_type}" + (" (spot)" if job.spot else "")
+
+    def cost(self) -> str | None:
+        job = self.s.job
+        if job is None or job.instance_type is None or job.billable_seconds is None:
+            return None
+        instance_seconds = job.billable_seconds * (job.instance_count or 1)
+        dollars = estimated_cost(job.instance_type, instance_seconds)
+        if dollars is None:
+            return f"no estimate: no price known for {job.instance_type}"
+        shown = f"about ${dollars:,.2f}" if dollars >= 0.01 else "less than $0.01"
+        return (
+            f"{shown} (an estimate: {instance_seconds / 3600:.2f} billable instance-hours at SageMaker's "
+            "us-east-1 on-demand training list price, hand-recorded)"
+        )
+
+    def quality(self) -> str | None:
+        s = self.s
+        if s.miou is None:
+            return None
+        text = f"{s.miou:.3f}"
+        gate = s.gate
+        if gate is not None and gate.baseline_miou is not None and gate.miou_change is not None:
+            text += f" ({gate.miou_change:+.3f} against the accepted model's {gate.baseline_miou:.3f})"
+        elif s.baseline_run is None:
+            text += " (the first model: nothing to compare with)"
+        return text
+
+    def worse(self) -> str | None:
+        gate = self.s.gate
+        if gate is None or not gate.worse_classes:
+            return None
+        ordered = sorted(gate.worse_classes.items(), key=lambda item: item[1])
+        return ", ".join(f"{name} {delta:+.3f}" for name, delta in ordered)
+
+    def verdict(self) -> list[str]:
+        gate = self.s.gate
+        return list(gate.reasons) if gate is not None else []
+
+    def issues(self) -> list[tuple[str, str]]:
+        return [
+            (rule.name, rule.recommendation or rule.detail or "see the profiling report")
+            for rule in self.s.rules
+            if rule.status == "IssuesFound"
         ]
-        lines += [f"  - {rule.name}: {rule.recommendation}" for rule in issues]
-    if summary.error is not None:
-        lines += ["", f"Failed at:  {summary.failed_state}", f"Error:      {summary.error}"]
-        cause = (summary.cause or "").strip().splitlines()[:CAUSE_LINES]
-        lines += ["Cause:", *[f"  {line}" for line in cause]]
-    artifacts = summary.artifacts
-    lines += ["", f"Run summary:      {artifacts.summary}"]
-    if artifacts.report:
-        lines.append(f"Profiling report: {artifacts.report}")
-    if artifacts.model:
-        lines.append(f"Model:            {artifacts.model}")
-    return "\n".join(lines) + "\n"
+
+    def quiet_rules(self) -> str | None:
+        """The rules with nothing to say, in one line."""
+        rules = self.s.rules
+        if not rules:
+            return None
+        issues = {name for name, _ in self.issues()}
+        pending = [r.name for r in rules if r.status in {"InProgress", "Stopping"}]
+        errors = [r.name for r in rules if r.status == "Error"]
+        fine = len(rules) - len(issues) - len(pending) - len(errors)
+        parts = [f"{fine} of {len(rules)} rules found nothing to report"]
+        if errors:
+            parts.append(f"could not judge: {', '.join(errors)}")
+        if pending:
+            parts.append(f"still evaluating: {', '.join(pending)}")
+        return f"Profiler rules ({self.s.rules_backend}): " + "; ".join(parts)
+
+    def failure(self) -> tuple[str, str, list[str]] | None:
+        s = self.s
+        if s.error is None:
+            return None
+        lines = [line for line in (s.cause or "").strip().splitlines() if line.strip()][:CAUSE_LINES]
+        return s.failed_state or "unknown", s.error, lines
+
+    def link_list(self) -> list[tuple[str, str]]:
+        links = self.links
+        found: list[tuple[str, str | None]] = [
+            ("Profiling report", links.report.url if links.report else links.report_console),
+            ("Profiling report (console)", links.report_console if links.report else None),
+            ("Run folder", links.run_folder),
+            ("Training job", links.training_job),
+            ("Training logs", links.logs),
+            ("Step Functions execution", links.execution),
+        ]
+        found += [(f"Batch report {link.label}", link.url) for link in links.batch_reports]
+        return [(label, url) for label, url in found if url]
+
+    def link_note(self) -> str | None:
+        report = self.links.report
+        if report is None:
+            return None
+        hours, rest = divmod(report.valid_seconds, 3600)
+        lasts = f"{hours} h {rest // 60:02d} min" if hours else f"{rest // 60} min"
+        return (
+            f"The report link opens without AWS credentials until {report.expires_at:%Y-%m-%d %H:%M} UTC "
+            f"({lasts}); then use the console link, or `retrain link {self.s.run}` for a fresh one."
+        )
+
+    # ------------------------------------------------------------- e-mail --
+    def email(self) -> str:
+        rows = [
+            ("Run", self.s.run),
+            ("Dataset version", self.data()),
+            ("Duration", self.duration()),
+            ("Instances", self.instances()),
+            ("Cost", self.cost()),
+            ("mIoU", self.quality()),
+            ("Got worse", self.worse()),
+        ]
+        lines = [f"{self.headline()}.", ""]
+        lines += [f"{label + ':':<17} {value}" for label, value in rows if value]
+        if self.verdict():
+            lines += ["", "Quality gate: " + ("accepted" if self.s.gate and self.s.gate.accepted else "rejected")]
+            lines += [f"  - {reason}" for reason in self.verdict()]
+        if self.issues():
+            lines += ["", "Profiler rules that found issues:"]
+            lines += [f"  - {name}: {advice}" for name, advice in self.issues()]
+        if self.quiet_rules():
+            lines += ["", str(self.quiet_rules())]
+        failure = self.failure()
+        if failure is not None:
+            state, error, cause = failure
+            lines += ["", f"Failed at:        {state}", f"Error:            {error}", "Cause:"]
+            lines += [f"  {line}" for line in cause]
+        lines += ["", "Links:"]
+        lines += [f"  {label}: {url}" for label, url in self.link_list()]
+        if self.links.more_batches:
+            lines.append(f"  ... and {self.links.more_batches} more batch reports in the run's summary")
+        if self.link_note():
+            lines += ["", str(self.link_note())]
+        return "\n".join(lines) + "\n"
+
+    # ------------------------------------------------------------- Slack --
+    def slack(self) -> dict[str, Any]:
+        header = f"{_ICONS[self.outcome]} {self.headline()}"
+        blocks: list[dict[str, Any]] = [
+            {"type": "header", "text": {"type": "plain_text", "text": _cut(header, HEADER_LIMIT), "emoji": True}}
+        ]
+        fields = [
+            ("Dataset version", self.data()),
+            ("Duration", self.duration()),
+            ("Instances", self.instances()),
+            ("Estimated cost", self.cost()),
+            ("mIoU", self.quality()),
+            ("Got worse", self.worse()),
+        ]
+        shown = [_mrkdwn(f"*{label}*\n{value}", FIELD_LIMIT) for label, value in fields if value][:10]
+        blocks.append({"type": "section", "text": _mrkdwn(f"Run `{self.s.run}`"), "fields": shown})
+        if self.verdict():
+            verdict = "accepted" if self.s.gate and self.s.gate.accepted else "rejected"
+            text = f"*Quality gate: {verdict}*\n" + "\n".join(f"• {reason}" for reason in self.verdict())
+            blocks.append({"type": "section", "text": _mrkdwn(text)})
+        failure = self.failure()
+        if failure is not None:
+            state, error, cause = failure
+            blocks.append({"type": "section", "text": _mrkdwn(f"*Failed at* {state}: `{error}`")})
+            if cause:
+                body = "\n".join(cause).replace("```", "'''")
+                blocks.append({"type": "section", "text": _mrkdwn(f"```{_cut(body, SECTION_LIMIT - 6)}```")})
+        issues = self.issues()
+        for name, advice in issues[:MAX_RULE_SECTIONS]:
+            blocks.append({"type": "section", "text": _mrkdwn(f":mag: *{name}* found issues\n{advice}")})
+        if len(issues) > MAX_RULE_SECTIONS:
+            more = ", ".join(name for name, _ in issues[MAX_RULE_SECTIONS:])
+            blocks.append({"type": "section", "text": _mrkdwn(f"Also found issues: {more}")})
+        notes = [note for note in (self.quiet_rules(), self.link_note()) if note]
+        batches = [f"<{link.url}|{link.label}>" for link in self.links.batch_reports]
+        if batches:
+            extra = f" and {self.links.more_batches} more" if self.links.more_batches else ""
+            notes.append("Batch reports: " + ", ".join(batches) + extra)
+        if notes:
+            blocks.append({"type": "context", "elements": [_mrkdwn(note) for note in notes[:10]]})
+        buttons = [
+            {"type": "button", "text": {"type": "plain_text", "text": _cut(label, BUTTON_LIMIT)}, "url": url}
+            for label, url in self.link_list()
+            if not label.startswith("Batch report") and len(url) <= SECTION_LIMIT
+        ]
+        if buttons:
+            blocks.append({"type": "actions", "elements": buttons[:25]})
+        if len(blocks) > MAX_BLOCKS:
+            blocks = [*blocks[: MAX_BLOCKS - 1], blocks[-1]]
+        return {"text": self.subject(), "blocks": blocks}
+
+
+def _mrkdwn(text: str, limit: int = SECTION_LIMIT) -> dict[str, str]:
+    return {"type": "mrkdwn", "text": _cut(text, limit)}
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _duration(seconds: float) -> str:

@@ -18,12 +18,6 @@ logger, tracer, metrics = observability.for_function()
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = load_settings(PrepareRunSettings)
     with clients.busy_is_retryable():
-        run = prepare_run(
-            parse_run_input(event),
-            s3=clients.s3(),
-            bucket=settings.data_bucket,
-            poll_seconds=settings.poll_seconds,
-            poll_max_seconds=settings.poll_max_seconds,
-        )
+        run = prepare_run(parse_run_input(event), s3=clients.s3(), settings=settings)
     logger.info("run prepared", extra=run.model_dump(mode="json"))
     return run.model_dump(mode="json")

@@ -3,6 +3,8 @@ size, the run's name, and the accepted model the run starts from and is compared
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -15,12 +17,14 @@ from functions.common.models import AcceptedModel, RunContext, RunInput
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+    from functions.common.settings import PrepareRunSettings
+
 
 def parse_run_input(event: dict[str, Any]) -> RunInput:
     """The execution's input (`input`, as the state machine passes it, or the bare input) with
     the execution's name and start time."""
     given = event.get("input", event) if isinstance(event.get("input", event), dict) else {}
-    context = {key: event[key] for key in ("execution", "started_at") if key in event}
+    context = {key: event[key] for key in ("execution", "execution_arn", "started_at") if key in event}
     try:
         return RunInput.model_validate({**given, **context})
     except ValidationError as exc:
@@ -29,9 +33,8 @@ def parse_run_input(event: dict[str, Any]) -> RunInput:
         ) from exc
 
 
-def prepare_run(
-    run: RunInput, *, s3: S3Client, bucket: str, poll_seconds: int = 60, poll_max_seconds: int = 300
-) -> RunContext:
+def prepare_run(run: RunInput, *, s3: S3Client, settings: PrepareRunSettings) -> RunContext:
+    bucket = settings.data_bucket
     key = prefixes.manifest_key(run.dataset_version)
     try:
         manifest = s3.get_object(Bucket=bucket, Key=key)
@@ -41,19 +44,50 @@ def prepare_run(
                 f"dataset version {run.dataset_version!r} has no manifest at s3://{bucket}/{key}"
             ) from exc
         raise
-    # A manifest line is one pair; blank lines (a trailing newline) are not.
-    pair_count = sum(1 for line in manifest["Body"].iter_lines() if line.strip())
+    lines = [raw for raw in manifest["Body"].iter_lines() if raw.strip()]
+    images = _images(lines)
+    accepted = accepted_model(s3, bucket)
+    new = _new_since(s3, bucket, accepted, images)
     return RunContext(
         run=run.execution or run.dataset_version,
+        execution_arn=run.execution_arn,
         dataset_version=run.dataset_version,
         manifest_uri=f"s3://{bucket}/{key}",
         manifest_version_id=manifest.get("VersionId"),
-        pair_count=pair_count,
+        pair_count=len(lines),  # a manifest line is one pair
+        new_pairs=len(new),
+        new_batches=sorted({batch for batch, _ in new}),
         started_at=run.started_at,
-        poll_seconds=poll_seconds,
-        poll_max_seconds=poll_max_seconds,
-        accepted=accepted_model(s3, bucket),
+        poll_seconds=settings.poll_seconds,
+        poll_max_seconds=settings.poll_max_seconds,
+        notify_on_start=settings.notify_on_start,
+        accepted=accepted,
     )
+
+
+def _images(lines: Iterable[bytes]) -> set[tuple[str, str]]:
+    """(batch, image path) of every pair of a manifest; blank lines (a trailing newline) are none."""
+    found = set()
+    for raw in lines:
+        if raw.strip():
+            entry = json.loads(raw)
+            found.add((str(entry.get("batch", "")), str(entry.get("image", ""))))
+    return found
+
+
+def _new_since(
+    s3: S3Client, bucket: str, accepted: AcceptedModel | None, images: set[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """The pairs the accepted model was not trained on (all of them for the first run)."""
+    if accepted is None:
+        return images
+    try:
+        before = s3.get_object(Bucket=bucket, Key=prefixes.manifest_key(accepted.dataset_version))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+            return images  # that version was purged: every pair counts as new
+        raise
+    return images - _images(before["Body"].iter_lines())
 
 
 def accepted_model(s3: S3Client, bucket: str) -> AcceptedModel | None:

@@ -52,6 +52,12 @@ def _start(options: StackOptions) -> OfflineStack:
         raise typer.Exit(2) from exc
 
 
+def _print_slack(message: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]Slack[/bold] ({len(message.get('blocks', []))} blocks): {message.get('text', '')}", soft_wrap=True
+    )
+
+
 def describe(stack: OfflineStack) -> str:
     """What a user needs to talk to the stack from another terminal (unwrapped, to copy)."""
     outputs = stack.created.outputs
@@ -63,6 +69,7 @@ def describe(stack: OfflineStack) -> str:
         f"state machine    {outputs['RetrainStateMachineArn']}",
         f"topic            {outputs['NotificationTopicArn']}",
         f"functions        {', '.join(sorted(stack.runtime.functions))}",
+        f"Slack webhook    {'a loopback receiver (its URL is in the stack secret)' if stack.slack else 'off'}",
         "",
         "Drop a labeled batch in (any credentials work offline):",
         f"  AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing aws --endpoint-url {endpoint} "
@@ -87,9 +94,15 @@ def up(
     previous = signal.signal(signal.SIGTERM, request_stop)
     try:
         console.print(describe(stack), soft_wrap=True)
-        console.print("Up. Press Ctrl-C to stop.")
+        inbox = stack.topic_inbox()
+        if stack.slack is not None:
+            stack.slack.on_message = _print_slack
+        console.print("Up. Every message sent to the team is printed here. Press Ctrl-C to stop.")
         while not stopping.wait(0.5):
-            pass
+            for message in inbox.receive():
+                console.print(
+                    f"[bold]SNS e-mail[/bold]: {message.get('Subject', '')}\n{message['Message']}", soft_wrap=True
+                )
     except KeyboardInterrupt:
         pass
     finally:
@@ -297,4 +310,7 @@ def _show_run(stack: OfflineStack, bucket: str, batch: str, run: dict[str, Any] 
     for message in messages.get("Messages", []):
         body = json.loads(message["Body"])
         subject, text = body.get("Subject", ""), body["Message"]
-        console.print(f"Notification: [bold]{subject}[/bold]\n{text}", soft_wrap=True)
+        console.print(f"Notification (SNS e-mail): [bold]{subject}[/bold]\n{text}", soft_wrap=True)
+    for posted in stack.slack.messages if stack.slack else []:
+        console.print(f"Notification (Slack, {len(posted['blocks'])} blocks):", soft_wrap=True)
+        console.print_json(json.dumps(posted))

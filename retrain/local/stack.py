@@ -29,6 +29,7 @@ from retrain.local.clients import StackClients
 from retrain.local.emulators import EmulatorRegistry
 from retrain.local.fsx import FsxEmulator
 from retrain.local.lambdas import LambdaRuntime
+from retrain.local.notifications import SlackReceiver, TopicInbox
 from retrain.local.poller import SqsPoller
 from retrain.local.resources import CreatedStack, ResourceBuilder
 from retrain.local.template import Created, Resolver, TemplateError, load_template
@@ -75,6 +76,8 @@ class StackOptions:
     rule_delay_seconds: float = 0.0
     # Upload the trainer (sourcedir.tar.gz from trainer/) at start, as the deploy flow does.
     upload_trainer: bool = True
+    # Start a loopback Slack webhook and store its URL in the stack's Slack secret.
+    slack: bool = True
 
 
 class OfflineStack:
@@ -93,6 +96,7 @@ class OfflineStack:
         self._workdir: Path | None = None
         self._own_workdir = False
         self.fsx: FsxEmulator | None = None
+        self.slack: SlackReceiver | None = None
         self.training: TrainingEmulator | None = None
 
     # ------------------------------------------------------------ life cycle --
@@ -126,6 +130,13 @@ class OfflineStack:
             created = ResourceBuilder(template, resolver, aws).build()
             if options.upload_trainer:
                 self._upload_trainer(aws, created.resources["DataBucket"].ref, workdir)
+            if options.slack and "SlackWebhookSecret" in created.resources:
+                self.slack = SlackReceiver().start()
+                # As an operator does after deploying; they may store another URL later.
+                aws.secretsmanager.put_secret_value(
+                    SecretId=created.resources["SlackWebhookSecret"].ref,
+                    SecretString=json.dumps({"webhook_url": self.slack.url}),
+                )
             base_environment = dict(options.function_environment)
             if self.endpoint_url is not None:
                 base_environment["AWS_ENDPOINT_URL"] = self.endpoint_url
@@ -170,6 +181,9 @@ class OfflineStack:
             self._stop_emulators_and_moto()
 
     def _stop_emulators_and_moto(self) -> None:
+        if self.slack is not None:
+            self.slack.stop()
+            self.slack = None
         if self.training is not None:
             self.training.stop_all()
         if self.fsx is not None:
@@ -289,6 +303,10 @@ class OfflineStack:
 
     def ref(self, logical_id: str) -> str:
         return self.resource(logical_id).ref
+
+    def topic_inbox(self, name: str = "operator-inbox") -> TopicInbox:
+        """A queue subscribed to the notification topic: what an e-mail subscriber receives."""
+        return TopicInbox(self.aws.sns, self.aws.sqs, self.ref("NotificationTopic"), name)
 
     def update_function_environment(self, logical_id: str, **variables: str) -> None:
         """Change a function's environment, as `aws lambda update-function-configuration` does:

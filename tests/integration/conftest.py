@@ -41,7 +41,7 @@ DATA = {
 TRAINING = {
     "TrainingInstanceType": "ml.m5.xlarge",
     "TrainingInstanceCount": "1",
-    "TrainingEpochs": "2",
+    "TrainingEpochs": "1",
     "TrainingWidth": "0.25",
     "TrainingBatchSize": "2",
     "TrainingCrop": "96x48",

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import boto3
 import pytest
@@ -50,7 +51,8 @@ def test_the_demo_drops_a_synthetic_batch_and_accounts_for_every_object() -> Non
     assert "Dataset version ds-" in result.output and ": 23 pairs" in result.output
     assert "Retraining run ds-" in result.output and "SUCCEEDED" in result.output
     assert "Outcome: accepted" in result.output, "the first model that learned is accepted"
-    assert "Notification: Retraining accepted" in result.output
+    assert "Notification (SNS e-mail): Retraining accepted" in result.output
+    assert "Notification (Slack," in result.output, "the Slack message the loopback webhook received"
     assert "nothing left running" in result.output
 
 
@@ -85,3 +87,23 @@ def test_local_up_prints_how_to_reach_it_and_stops_cleanly_on_ctrl_c() -> None:
 
     assert process.returncode == 0, remaining
     assert "Stopped." in remaining
+
+
+def test_retrain_link_prints_a_fresh_link_that_opens_the_report_without_credentials() -> None:
+    with OfflineStack(StackOptions(mode="server", poll=False, tick=False)) as stack:
+        assert stack.endpoint_url is not None
+        key = "reports/runs/ds-20261203-091500-4f1c2a9b/report.html"
+        stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key=key, Body=b"<html>the report</html>")
+        runner = CliRunner()
+
+        result = runner.invoke(
+            app, ["link", "ds-20261203-091500-4f1c2a9b", "--endpoint-url", stack.endpoint_url, "--expires", "600"]
+        )
+        missing = runner.invoke(app, ["link", "ds-no-such-run", "--endpoint-url", stack.endpoint_url])
+
+        assert result.exit_code == 0, result.output
+        url = result.stdout.strip().splitlines()[0]
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.read() == b"<html>the report</html>"
+        assert "works until" in result.output and "600 s" in result.output
+        assert missing.exit_code == 2 and "has no report.html" in missing.output

@@ -8,11 +8,13 @@ under torchrun, and asserts on the execution's history and on what landed in the
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
 from functions.common.summary import RunSummary
+from retrain.local.notifications import Misbehaviour
 from retrain.local.stack import OfflineStack, StackOptions
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import drain, executions, wait_until
@@ -48,8 +50,9 @@ def test_a_drop_is_trained_on_two_hosts_evaluated_and_its_model_accepted(stack: 
 
     assert run["status"] == "SUCCEEDED", run
     states = history_states(stack, run["executionArn"])
-    assert states[:4] == [
+    assert states[:5] == [
         "Check that the dataset version exists",
+        "Does the team want a started message?",
         "Copy the dataset to FSx",
         "Wait for the FSx import",
         "Check the FSx import",
@@ -220,3 +223,64 @@ def test_data_arriving_during_a_run_starts_exactly_one_follow_up(stack: OfflineS
     )
 
     assert len(executions(stack)) == 2, "the two late drops share one follow-up run"
+
+
+@pytest.fixture
+def served_stack() -> Iterator[OfflineStack]:
+    """On a loopback server, as `retrain local up` runs it: presigned links are real URLs."""
+    options = StackOptions(
+        mode="server", parameters={**DATA, **TRAINING}, poll=False, tick=False, batching_window_seconds=0
+    )
+    with OfflineStack(options) as offline:
+        yield offline
+
+
+def test_the_team_is_told_by_email_and_slack_and_the_report_link_opens_without_credentials(
+    served_stack: OfflineStack,
+) -> None:
+    stack = served_stack
+    inbox = stack.topic_inbox()
+    drop_with_validation(stack, "munich-31", train=4, val=1)
+
+    run = run_to_end(stack)
+
+    assert run["status"] == "SUCCEEDED", run
+    (email,) = inbox.receive(wait_seconds=1)
+    assert email["Subject"].startswith("Retraining accepted: mIoU")
+    assert email["MessageAttributes"]["outcome"]["Value"] == "accepted"
+    assert stack.slack is not None
+    (posted,) = stack.slack.messages
+    assert posted["text"] == email["Subject"]
+    buttons = {
+        b["text"]["text"]: b["url"]
+        for block in posted["blocks"]
+        if block["type"] == "actions"
+        for b in block["elements"]
+    }
+    link = buttons["Profiling report"]
+    assert link in email["Message"], "both channels carry the same link"
+    with urllib.request.urlopen(link, timeout=10) as response:
+        fetched = response.read()
+    key = f"reports/runs/{run['name']}/report.html"
+    assert fetched == stack.aws.s3.get_object(Bucket=stack.ref("DataBucket"), Key=key)["Body"].read()
+
+
+def test_with_slack_down_the_run_succeeds_sns_is_sent_and_no_log_shows_the_webhook(
+    stack: OfflineStack, capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert stack.slack is not None
+    stack.slack.misbehave(*[Misbehaviour(500, "internal_error")] * 10)
+    inbox = stack.topic_inbox()
+    drop_with_validation(stack, "munich-32", train=4, val=1)
+
+    run = run_to_end(stack)
+
+    assert run["status"] == "SUCCEEDED", run
+    assert [m["Subject"][:19] for m in inbox.receive(wait_seconds=1)] == ["Retraining accepted"]
+    (notify,) = [i for i in stack.runtime.invocations if i.function.endswith("NotifyFunction")]
+    slack = notify.payload["slack"]
+    assert (slack["delivered"], slack["skipped"], slack["status"], slack["attempts"]) == (False, None, 500, 3)
+    captured = capfd.readouterr()
+    history = json.dumps(stack.history(run["executionArn"]), default=str)
+    for text in (captured.out, captured.err, history, json.dumps(notify.payload)):
+        assert stack.slack.url not in text and "0ff1ine5ecret" not in text

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
 
-from retrain.local.stack import OfflineStack
+import pytest
+
+from retrain.local.stack import OfflineStack, StackOptions
 from tests.integration.helpers import TopicInbox, add_test_function, create_machine, run_machine
 from tests.integration.runs import history_states
+
+
+@pytest.fixture
+def stack_with(request: pytest.FixtureRequest) -> Iterator[OfflineStack]:
+    """A stack with template parameters of the test's choosing (parametrize it indirectly)."""
+    with OfflineStack(StackOptions(parameters=request.param, poll=False, tick=False)) as offline:
+        yield offline
 
 
 def test_a_polling_loop_waits_until_the_job_is_done_then_tells_the_team(
@@ -68,7 +79,7 @@ def test_a_run_for_a_missing_dataset_version_fails_and_tells_the_team_why(
     assert json.loads(result["cause"])["errorType"] == "DatasetVersionNotFoundError"
     (message,) = inbox.messages()
     assert message["Subject"] == "Retraining failed at Check that the dataset version exists - v-missing"
-    assert "Error:      DatasetVersionNotFoundError" in message["Message"]
+    assert re.search(r"Error:\s+DatasetVersionNotFoundError", message["Message"])
     assert "dataset version 'v-missing' has no manifest" in message["Message"]
     assert history_states(stack, result["executionArn"])[-3:] == [
         "Tell the team the run failed",
@@ -85,3 +96,21 @@ def test_a_run_started_with_input_that_names_no_version_fails_by_name(stack: Off
     assert "Tell the team the run failed" in history_states(stack, result["executionArn"]), (
         "caught and told, not an uncatchable States.Runtime error"
     )
+
+
+@pytest.mark.parametrize("stack_with", [{"NotifyOnStart": "true", "PollSeconds": "0"}], indirect=True)
+def test_a_team_that_asked_for_it_is_told_when_a_run_starts_and_again_when_it_ends(stack_with: OfflineStack) -> None:
+    inbox = stack_with.topic_inbox()
+    assert stack_with.fsx is not None
+    stack_with.fsx.fail_next_task("the import was cancelled by an operator")
+    version = "ds-20261203-120000-0a1b2c3d"
+    manifest = json.dumps({"image": "images/b/x.jpg", "label": "labels/b/x.png", "batch": "b"}) + "\n"
+    stack_with.aws.s3.put_object(
+        Bucket=stack_with.ref("DataBucket"), Key=f"dataset/manifests/{version}.jsonl", Body=manifest
+    )
+
+    result = run_machine(stack_with, stack_with.ref("RetrainStateMachine"), version, {"dataset_version": version})
+
+    assert result["status"] == "FAILED"
+    subjects = [message["Subject"] for message in inbox.receive(wait_seconds=1)]
+    assert subjects == [f"Retraining started - {version}", f"Retraining failed at Check the FSx import - {version}"]

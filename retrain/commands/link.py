@@ -1,0 +1,87 @@
+"""`retrain link RUN`: a fresh link to a run's profiling report that opens without AWS credentials.
+
+The link is presigned with your credentials and says how long it works: at most `--expires`
+(S3 takes up to 7 days), and never longer than the credentials that sign it (a role session or
+SSO login ends sooner; the link dies with it). Offline: `--endpoint-url` as `retrain local up`
+prints it.
+
+Exit codes: 0 the link on stdout; 2 usage error, no such run report, or AWS unreachable.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+import boto3
+import typer
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+from rich.console import Console
+
+from functions.common import clients, prefixes
+from retrain.commands.data import LOOPBACK, BucketOption, EndpointOption, RegionOption
+from retrain.local.stack import FAKE_CREDENTIALS, StackOptions
+
+MAX_SECONDS = 7 * 24 * 3600  # what S3 accepts for a presigned URL (signature version 4)
+errors = Console(stderr=True)
+
+
+def command(  # noqa: PLR0917 (a command's options are its parameters)
+    run: Annotated[str, typer.Argument(help="The run (its execution name), as messages name it.")],
+    bucket: BucketOption = None,
+    endpoint_url: EndpointOption = None,
+    region: RegionOption = None,
+    expires: Annotated[int, typer.Option(min=1, max=MAX_SECONDS, help="Seconds the link should work.")] = 3600,
+    name: Annotated[str, typer.Option(help="The file of the run's folder to link to.")] = "report.html",
+) -> None:
+    """Print a presigned link to reports/runs/RUN/report.html, and until when it works."""
+    offline = bool(endpoint_url) and (endpoint_url or "").split("//")[-1].split(":")[0] in LOOPBACK
+    session = boto3.session.Session(region_name=region or (StackOptions().region if offline else None))
+    bucket = bucket or (f"{StackOptions().stack_name}-data-123456789012-{session.region_name}" if offline else None)
+    if not bucket:
+        errors.print("no data bucket: pass --bucket or set DATA_BUCKET")
+        raise typer.Exit(2)
+    credentials = None
+    if offline and session.get_credentials() is None:
+        # The offline stack takes any credentials; botocore still wants some to sign with.
+        credentials = (FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    key = prefixes.run_report_key(run, name)
+    s3: Any = clients.make(
+        "s3",
+        session=session,
+        endpoint_url=endpoint_url,
+        config=clients.RETRY_CONFIG.merge(Config(signature_version="s3v4", retries={"max_attempts": 3})),
+        credentials=credentials,
+    )
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        now = datetime.now(UTC)
+        seconds = expires if offline else min(expires, _credentials_left(session, now))
+        url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=seconds)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey"}:
+            errors.print(f"run {run} has no {name} at s3://{bucket}/{key}")
+        else:
+            errors.print(f"cannot sign the link: {error}")
+        raise typer.Exit(2) from error
+    except BotoCoreError as error:
+        errors.print(f"cannot sign the link: {error}")
+        raise typer.Exit(2) from error
+    typer.echo(url)
+    until = now + timedelta(seconds=seconds)
+    note = "" if seconds == expires else " (your credentials expire then: the link cannot outlive them)"
+    errors.print(f"works until {until:%Y-%m-%d %H:%M} UTC, {seconds} s{note}", soft_wrap=True)
+
+
+def _credentials_left(session: boto3.session.Session, now: datetime) -> int:
+    """Seconds the signing credentials still have (long-lived keys: no limit of their own)."""
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise BotoCoreError()
+    # botocore keeps the expiry of refreshable credentials (role sessions, SSO) here; it has no
+    # public accessor, and a link signed with them dies when they do.
+    expiry = getattr(credentials, "_expiry_time", None)
+    if expiry is None:
+        return MAX_SECONDS
+    return max(0, int((expiry - now).total_seconds()) - 60)

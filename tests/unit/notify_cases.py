@@ -1,0 +1,205 @@
+"""Run summaries a team is told about, one per kind of ending, with the links a message carries."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from functions.common.summary import GateVerdict, JobSummary, RuleVerdict, RunArtifacts, RunSummary
+from functions.notify.links import ReportLink, RunLinks, run_links
+
+BUCKET = "retrain-data-111122223333-eu-central-1"
+REGION = "eu-central-1"
+STARTED = datetime(2026, 12, 3, 9, 15, 1, tzinfo=UTC)
+FINISHED = datetime(2026, 12, 3, 10, 2, 41, tzinfo=UTC)
+RUN = "ds-20261203-091500-4f1c2a9b"
+JOB = f"retrain-{RUN}-52c840ad"
+EXECUTION = f"arn:aws:states:{REGION}:111122223333:execution:retrain-retrain:{RUN}"
+CLASSES = ("road", "sidewalk", "building", "vegetation", "sky", "person", "car")
+
+
+def _artifacts(*, report: bool = True) -> RunArtifacts:
+    folder = f"s3://{BUCKET}/reports/runs/{RUN}/"
+    return RunArtifacts(
+        folder=folder,
+        summary=f"{folder}summary.json",
+        metrics=f"{folder}metrics.json" if report else None,
+        rules=f"{folder}rules.json" if report else None,
+        report=f"{folder}report.html" if report else None,
+        model=f"s3://{BUCKET}/training/{JOB}/output/model.tar.gz" if report else None,
+    )
+
+
+def _job() -> JobSummary:
+    return JobSummary(
+        name=JOB,
+        arn=f"arn:aws:sagemaker:{REGION}:111122223333:training-job/{JOB}",
+        status="Completed",
+        instance_type="ml.p4d.24xlarge",
+        instance_count=2,
+        distribution="torch",
+        profiling="builtin",
+        training_seconds=2580,
+        billable_seconds=2580,
+    )
+
+
+def _base(**changes: object) -> RunSummary:
+    summary = RunSummary(
+        run=RUN,
+        outcome="accepted",
+        dataset_version=RUN,
+        execution_arn=EXECUTION,
+        pair_count=12480,
+        new_pairs=1310,
+        new_batches=["munich-2026-12-01", "munich-2026-12-02"],
+        started_at=STARTED,
+        finished_at=FINISHED,
+        duration_seconds=(FINISHED - STARTED).total_seconds(),
+        job=_job(),
+        miou=0.7184,
+        per_class_iou=dict.fromkeys(CLASSES, 0.7),
+        train_images=11232,
+        val_images=1248,
+        epochs=100,
+        baseline_run="ds-20261120-080000-0badc0de",
+        rules_backend="builtin",
+        rules=[
+            RuleVerdict(name=name, status="NoIssuesFound") for name in ("CPUBottleneck", "IOBottleneck", "StepOutlier")
+        ],
+        artifacts=_artifacts(),
+    )
+    return summary.model_copy(update=changes)
+
+
+def accepted() -> RunSummary:
+    return _base(
+        gate=GateVerdict(
+            accepted=True,
+            reasons=[
+                "mIoU 0.718 against the accepted model's 0.702 (scored on the same validation split): within "
+                "0.010, and no class fell by more than 0.050"
+            ],
+            miou=0.7184,
+            baseline_miou=0.7021,
+            miou_change=0.0163,
+            worse_classes={"person": -0.012},
+            miou_tolerance=0.01,
+            class_tolerance=0.05,
+        )
+    )
+
+
+def rejected() -> RunSummary:
+    return _base(
+        outcome="rejected",
+        miou=0.6812,
+        gate=GateVerdict(
+            accepted=False,
+            reasons=[
+                "mIoU 0.681 is 0.021 below the accepted model's 0.702 (scored on the same validation split; "
+                "tolerance 0.010)",
+                "person IoU fell by 0.083 (tolerance 0.050)",
+            ],
+            miou=0.6812,
+            baseline_miou=0.7021,
+            miou_change=-0.0209,
+            worse_classes={"person": -0.083, "car": -0.021},
+            miou_tolerance=0.01,
+            class_tolerance=0.05,
+        ),
+    )
+
+
+def with_rule_issues() -> RunSummary:
+    return accepted().model_copy(
+        update={
+            "rules": [
+                RuleVerdict(
+                    name="DataStall",
+                    status="IssuesFound",
+                    trigger_count=4,
+                    recommendation=(
+                        "The model waited for data 46 % of each step (median, rank 1 on algo-1; limit 20 %): the data "
+                        "loader (2 workers) cannot keep up. Raise the data-loader workers (--workers) or decode faster"
+                    ),
+                ),
+                RuleVerdict(
+                    name="LowGPUUtilization",
+                    status="IssuesFound",
+                    trigger_count=2,
+                    recommendation="GPUs were under-used: give the data loader more workers, or a larger batch.",
+                ),
+                RuleVerdict(name="CPUBottleneck", status="NoIssuesFound"),
+                RuleVerdict(name="GPUMemoryIncrease", status="Error", detail="no GPU metrics on this run"),
+            ]
+        }
+    )
+
+
+def failed_in_training() -> RunSummary:
+    return _base(
+        outcome="failed",
+        miou=None,
+        per_class_iou={},
+        gate=None,
+        rules=[],
+        rules_backend=None,
+        artifacts=_artifacts(report=False),
+        failed_state="Check the training job",
+        error="TrainingJobFailedError",
+        cause=(
+            f"training job {JOB} failed: AlgorithmError: ExecuteUserScriptError:\n"
+            "ExitCode 1\n"
+            'ErrorMessage "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 3; 79.15 GiB total '
+            'capacity; 75.02 GiB already allocated)"'
+        ),
+    )
+
+
+def failed_before_training() -> RunSummary:
+    return _base(
+        outcome="failed",
+        job=None,
+        miou=None,
+        per_class_iou={},
+        gate=None,
+        rules=[],
+        rules_backend=None,
+        duration_seconds=94.0,
+        artifacts=_artifacts(report=False),
+        failed_state="Check the FSx import",
+        error="FsxImportFailedError",
+        cause=(
+            "the FSx import task-0a1b2c3d4e5f60718 on fs-0a1b2c3d4e5f60718 ended FAILED: Access denied to "
+            f"s3://{BUCKET}/dataset/ (12480 of 12480 files failed); nothing was trained"
+        ),
+    )
+
+
+def links_for(summary: RunSummary) -> RunLinks:
+    report = None
+    if summary.artifacts.report:
+        report = ReportLink(
+            url=f"https://{BUCKET}.s3.{REGION}.amazonaws.com/reports/runs/{RUN}/report.html?X-Amz-Signature=0f1e2d",
+            expires_at=datetime(2026, 12, 3, 11, 1, 41, tzinfo=UTC),
+            valid_seconds=3540,
+        )
+    return run_links(
+        region=REGION,
+        bucket=BUCKET,
+        run=summary.run,
+        job_name=summary.job.name if summary.job else None,
+        execution_arn=summary.execution_arn,
+        report_key=f"reports/runs/{RUN}/report.html" if summary.artifacts.report else None,
+        batches=summary.new_batches,
+        report=report,
+    )
+
+
+CASES = {
+    "accepted": accepted,
+    "rejected": rejected,
+    "rules_with_issues": with_rule_issues,
+    "failed_in_training": failed_in_training,
+    "failed_before_training": failed_before_training,
+}
