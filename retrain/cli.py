@@ -13,6 +13,7 @@ from retrain.commands import link as link_command
 from retrain.commands import local
 from retrain.commands import package as package_command
 from retrain.commands import plan_job as plan_job_command
+from retrain.commands import runs as runs_command
 from retrain.commands import synth as synth_command
 from retrain.commands import train as train_command
 from retrain.commands import validate as validate_command
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 app.add_typer(local.app, name="local")
 app.add_typer(data_command.app, name="data")
+app.add_typer(runs_command.app, name="runs")
 app.command(name="synth")(synth_command.command)
 app.command(name="train", context_settings=train_command.CONTEXT_SETTINGS)(train_command.command)
 app.command(name="validate")(validate_command.validate)

@@ -29,6 +29,14 @@ def _offline_aws(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    for name in ("RETRAIN_STACK", "DATA_BUCKET", "LEDGER_TABLE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where `retrain local up` records itself: per test, never the stack a person has running."""
+    monkeypatch.setenv("RETRAIN_STATE_DIR", str(tmp_path_factory.mktemp("state")))
 
 
 _real_connect = socket.socket.connect

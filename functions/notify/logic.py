@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sns import SNSClient
     from mypy_boto3_sts import STSClient
 
-STOPPED_ERRORS = frozenset({"TrainingJobStoppedError"})
+STOPPED_ERRORS = frozenset({"TrainingJobStoppedError", "RunCancelled"})  # RunCancelled: `retrain runs cancel`
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 

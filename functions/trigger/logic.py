@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from functions.common import prefixes
 from functions.common.contracts import ManifestEntry, dump_manifest, split_for
+from functions.common.errors import DatasetVersionNotFoundError
 from functions.common.models import TriggerInput
 from functions.common.taxonomy import Taxonomy
 from functions.data.ledger import Ledger
@@ -128,7 +129,7 @@ class Trigger:
         ):
             return TriggerOutcome(started=None, reason="another trigger took the lock first")
         self.bucket.put_text(prefixes.manifest_key(version), dump_manifest(entries), "application/x-ndjson")
-        self._start(version)
+        self._start(version, version)
         # Marked once the run exists: a crash before this re-offers the pairs, never loses them.
         for pair in new:
             found = self.ledger.pair(pair.batch, pair.stem)
@@ -136,6 +137,23 @@ class Trigger:
                 record, revision = found
                 self.ledger.put_pair(record.model_copy(update={"dataset_version": version}), revision + 1)
         return TriggerOutcome(started=version, reason=decision.reason)
+
+    def rerun(self, dataset_version: str, run: str) -> TriggerOutcome:
+        """Start `run` on a version frozen before, under the lock every run takes (an operator's
+        `retrain runs rerun`): refused while another run holds it, as a new drop would wait."""
+        if self.bucket.current_version(prefixes.manifest_key(dataset_version)) is None:
+            raise DatasetVersionNotFoundError(
+                f"dataset version {dataset_version} has no manifest at {prefixes.manifest_key(dataset_version)}"
+            )
+        now = self.clock()
+        lock = self.ledger.lock()
+        if lock is not None and self._holder_running(lock, now):
+            return TriggerOutcome(started=None, reason=f"a run holds the lock: {lock.holder}")
+        expires = now + timedelta(seconds=self.policy.lock_ttl_seconds)
+        if not self.ledger.acquire_lock(LockRecord(holder=run, acquired_at=now, expires_at=expires), replacing=lock):
+            return TriggerOutcome(started=None, reason="another run took the lock first")
+        self._start(run, dataset_version)
+        return TriggerOutcome(started=run, reason=f"a rerun of dataset version {dataset_version}")
 
     def release(self, holder: str) -> bool:
         return self.ledger.release_lock(holder)
@@ -154,11 +172,11 @@ class Trigger:
     def _execution_arn(self, name: str) -> str:
         return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
 
-    def _start(self, version: str) -> None:
+    def _start(self, name: str, version: str) -> None:
         try:
             self.sfn.start_execution(
                 stateMachineArn=self.state_machine_arn,
-                name=version,
+                name=name,
                 input=json.dumps({"dataset_version": version}),
             )
         except ClientError as error:

@@ -1,8 +1,9 @@
 """`retrain data status` and `retrain data purge KEY...`: look at the data, erase it on request.
 
-Both talk to the deployed system or to the offline stack (`--endpoint-url` as `retrain local up`
-prints it); the bucket and the ledger table come from `--bucket` / `--ledger-table` or from
-`DATA_BUCKET` / `LEDGER_TABLE`. The work itself is in `functions/data/` (`status.py`, `purge.py`).
+Both talk to a deployed stack (`--stack NAME`: the bucket and the ledger table from its outputs),
+to the offline stack `retrain local up` runs in another terminal (no flags at all), or to what
+`--bucket` / `--ledger-table` (or `DATA_BUCKET` / `LEDGER_TABLE`) and `--endpoint-url` name.
+The work itself is in `functions/data/` (`status.py`, `purge.py`).
 
 Exit codes: 0 done; 1 a KEY matched nothing (the others were still erased); 2 usage error
 (a missing option, a KEY that names no image, label or pair, a bucket or table that is not
@@ -28,7 +29,9 @@ from functions.data.erasure import PurgeReport, PurgeUsageError
 from functions.data.ledger import Ledger
 from functions.data.purge import PurgeError, purge
 from functions.data.status import DataStatus, data_status
+from retrain import target as targets
 from retrain.local.stack import FAKE_CREDENTIALS, StackOptions
+from retrain.target import StackOption
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -64,12 +67,20 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def _connect(
-    endpoint_url: str | None, bucket: str | None, table: str | None, region: str | None
+    endpoint_url: str | None, bucket: str | None, table: str | None, region: str | None, stack: str | None = None
 ) -> tuple[Ledger, S3Client, str]:
+    if stack or not (endpoint_url or bucket or table):
+        # No names given: the deployed stack named, or the offline one `retrain local up` runs.
+        target = targets.connect(stack, region, errors)
+        try:
+            bucket, table = target.output("DataBucketName"), target.output("LedgerTableName")
+        except targets.TargetError as error:
+            _fail(str(error), 2)
+        return Ledger(target.client("dynamodb"), table), target.client("s3"), bucket
     if not bucket:
-        _fail("no data bucket: pass --bucket or set DATA_BUCKET", 2)
+        _fail("no data bucket: pass --bucket or set DATA_BUCKET (or --stack NAME)", 2)
     if not table:
-        _fail("no ledger table: pass --ledger-table or set LEDGER_TABLE", 2)
+        _fail("no ledger table: pass --ledger-table or set LEDGER_TABLE (or --stack NAME)", 2)
     session = boto3.session.Session(region_name=region)
     credentials = None
     offline = bool(endpoint_url) and urlparse(endpoint_url).hostname in LOOPBACK
@@ -116,6 +127,7 @@ def _connect(
 @app.command()
 def status(
     *,
+    stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     bucket: BucketOption = None,
     ledger_table: LedgerOption = None,
@@ -126,7 +138,7 @@ def status(
 ) -> None:
     """Batches and what became of their files, pairs waiting for a partner, the retraining
     lock, and the newest dataset versions."""
-    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region)
+    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
     try:
         found = data_status(ledger, s3, name, batches=batches, versions=versions)
     except (ClientError, BotoCoreError) as error:
@@ -211,6 +223,7 @@ def purge_command(
         ),
     ],
     *,
+    stack: StackOption = None,
     endpoint_url: EndpointOption = None,
     bucket: BucketOption = None,
     ledger_table: LedgerOption = None,
@@ -221,7 +234,7 @@ def purge_command(
     """Erase images and their labels everywhere, for erasure requests: every S3 version of the
     landing, curated and quarantine copies, the ledger's items, and their manifest lines.
     Exit 0 done, 1 a KEY matched nothing, 2 usage error, 3 cut short (run it again)."""
-    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region)
+    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
     try:
         report = purge(ledger, s3, name, keys, dry_run=dry_run)
     except PurgeUsageError as error:

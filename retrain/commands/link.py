@@ -20,8 +20,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 
 from functions.common import clients, prefixes
+from retrain import target as targets
 from retrain.commands.data import LOOPBACK, BucketOption, EndpointOption, RegionOption
 from retrain.local.stack import FAKE_CREDENTIALS, StackOptions
+from retrain.target import StackOption
 
 MAX_SECONDS = 7 * 24 * 3600  # what S3 accepts for a presigned URL (signature version 4)
 errors = Console(stderr=True)
@@ -29,6 +31,7 @@ errors = Console(stderr=True)
 
 def command(  # noqa: PLR0917 (a command's options are its parameters)
     run: Annotated[str, typer.Argument(help="The run (its execution name), as messages name it.")],
+    stack: StackOption = None,
     bucket: BucketOption = None,
     endpoint_url: EndpointOption = None,
     region: RegionOption = None,
@@ -36,14 +39,25 @@ def command(  # noqa: PLR0917 (a command's options are its parameters)
     name: Annotated[str, typer.Option(help="The file of the run's folder to link to.")] = "report.html",
 ) -> None:
     """Print a presigned link to reports/runs/RUN/report.html, and until when it works."""
-    offline = bool(endpoint_url) and (endpoint_url or "").split("//")[-1].split(":")[0] in LOOPBACK
-    session = boto3.session.Session(region_name=region or (StackOptions().region if offline else None))
-    bucket = bucket or (f"{StackOptions().stack_name}-data-123456789012-{session.region_name}" if offline else None)
-    if not bucket:
-        errors.print("no data bucket: pass --bucket or set DATA_BUCKET")
-        raise typer.Exit(2)
     credentials = None
-    if offline and session.get_credentials() is None:
+    if stack or not (bucket or endpoint_url):
+        # No names given: the deployed stack named, or the offline one `retrain local up` runs.
+        target = targets.connect(stack, region, errors)
+        offline, session, endpoint_url = target.kind == "offline", target.session, target.endpoint_url
+        try:
+            bucket = target.output("DataBucketName")
+        except targets.TargetError as error:
+            errors.print(str(error))
+            raise typer.Exit(2) from error
+        credentials = target.credentials
+    else:
+        offline = bool(endpoint_url) and (endpoint_url or "").split("//")[-1].split(":")[0] in LOOPBACK
+        session = boto3.session.Session(region_name=region or (StackOptions().region if offline else None))
+        bucket = bucket or (f"{StackOptions().stack_name}-data-123456789012-{session.region_name}" if offline else None)
+    if not bucket:
+        errors.print("no data bucket: pass --bucket or set DATA_BUCKET, or --stack NAME")
+        raise typer.Exit(2)
+    if offline and credentials is None and session.get_credentials() is None:
         # The offline stack takes any credentials; botocore still wants some to sign with.
         credentials = (FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
     key = prefixes.run_report_key(run, name)

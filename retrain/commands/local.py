@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import tempfile
 import threading
@@ -17,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from functions.common import prefixes
+from retrain.local import discovery
 from retrain.local.stack import OfflineStack, StackOptions
 from retrain.local.template import TemplateError
 
@@ -93,7 +95,21 @@ def up(
 
     previous = signal.signal(signal.SIGTERM, request_stop)
     try:
+        # Where it is, for `retrain runs`, `retrain data` and `retrain link` in other terminals.
+        record = discovery.publish(
+            discovery.LocalStackRecord(
+                stack_name=stack.options.stack_name,
+                region=stack.options.region,
+                endpoint_url=stack.endpoint_url or "",
+                outputs=dict(stack.created.outputs),
+                pid=os.getpid(),
+            )
+        )
         console.print(describe(stack), soft_wrap=True)
+        console.print(
+            f"Other terminals find this stack without flags (`retrain runs list`); it is recorded in {record}.",
+            soft_wrap=True,
+        )
         inbox = stack.topic_inbox()
         if stack.slack is not None:
             stack.slack.on_message = _print_slack
@@ -107,6 +123,7 @@ def up(
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+        discovery.withdraw()
         console.print("Stopping: executions, poller, ticker, server ...")
         stack.stop()
         console.print("Stopped.")

@@ -61,6 +61,12 @@ class EmulatorRegistry:
         """Serve `service.operation`, both as botocore names them (`lambda`, `Invoke`)."""
         self._emulators[(service, operation)] = emulator
 
+    def serves(self, service: str, operation: str) -> bool:
+        return (service, operation) in self._emulators
+
+    def services(self) -> set[str]:
+        return {service for service, _ in self._emulators}
+
     @property
     def calls(self) -> list[tuple[str, str, dict[str, Any]]]:
         """Every emulated call so far, as (service, operation, parameters)."""

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from moto import mock_aws
-from moto.server import ThreadedMotoServer
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from functions.common import prefixes
 from retrain.local.clients import StackClients
 from retrain.local.emulators import EmulatorRegistry
 from retrain.local.fsx import FsxEmulator
+from retrain.local.gateway import GatewayMotoServer
 from retrain.local.lambdas import LambdaRuntime
 from retrain.local.notifications import SlackReceiver, TopicInbox
 from retrain.local.poller import SqsPoller
@@ -86,7 +86,7 @@ class OfflineStack:
         self.endpoint_url: str | None = None
         self.emulators = EmulatorRegistry()
         self._mock: Any = None
-        self._server: ThreadedMotoServer | None = None
+        self._server: GatewayMotoServer | None = None
         self._saved_environment: dict[str, str | None] = {}
         self._aws: StackClients | None = None
         self._created: CreatedStack | None = None
@@ -248,7 +248,10 @@ class OfflineStack:
             return
         # Werkzeug logs every request; the poller alone makes several a second.
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
-        server = ThreadedMotoServer(ip_address=self.options.host, port=self.options.port, verbose=False)
+        # With the emulators in front, so clients in other processes reach them too.
+        server = GatewayMotoServer(
+            self.emulators, region=self.options.region, ip_address=self.options.host, port=self.options.port
+        )
         server.start()
         self._server = server
         host, port = server.get_host_and_port()

@@ -20,11 +20,9 @@ def _split_of(seed: int) -> str:
     return split_for(hashlib.sha256(scene(seed).image).hexdigest(), 0.1)
 
 
-def drop_with_validation(
-    stack: OfflineStack, batch: str, *, train: int, val: int, skip: int = 0, marker: bool = True
-) -> list[int]:
-    """Upload `train` + `val` scenes whose content hashes put them in those splits (seeds from
-    `skip` on, so two drops never share a scene), then the batch's `_COMPLETE` marker."""
+def seeds_for(*, train: int, val: int, skip: int = 0) -> list[int]:
+    """Scene seeds whose content hashes put `train` + `val` of them in those splits (from `skip`
+    on, so two drops never share a scene)."""
     wanted = {"train": train, "val": val}
     seeds = []
     seed = skip * 1000
@@ -34,6 +32,14 @@ def drop_with_validation(
             wanted[split] -= 1
             seeds.append(seed)
         seed += 1
+    return seeds
+
+
+def drop_with_validation(
+    stack: OfflineStack, batch: str, *, train: int, val: int, skip: int = 0, marker: bool = True
+) -> list[int]:
+    """Upload `train` + `val` scenes in those splits, then the batch's `_COMPLETE` marker."""
+    seeds = seeds_for(train=train, val=val, skip=skip)
     for seed in seeds:
         upload_pair(stack, batch, f"scene-{seed}", scene(seed))
     if marker:

@@ -214,7 +214,7 @@ def test_keys_that_match_nothing_or_name_nothing_erasable_say_so_in_the_exit_cod
     assert any("/scene-1." in k for k, _ in versions(data_stack)), "a refused purge erased data"
 
     nowhere = CliRunner().invoke(app, ["data", "status"], env={"DATA_BUCKET": "", "LEDGER_TABLE": ""})
-    assert nowhere.exit_code == 2 and "--bucket" in nowhere.output, nowhere.output
+    assert nowhere.exit_code == 2 and "retrain local up" in nowhere.output, nowhere.output
     missing = cli(data_stack, "status", "--bucket", "no-such-bucket")
     assert missing.exit_code == 2 and "no bucket no-such-bucket" in missing.output, missing.output
 

@@ -1,0 +1,147 @@
+"""The emulators, served over HTTP to clients outside the stack's process.
+
+The emulators answer inside the stack's process, on boto3's hooks (`emulators.py`). A person in
+another terminal (`aws sagemaker describe-training-job --endpoint-url ...`, `retrain runs cancel`)
+reaches only the HTTP server, where moto would answer with its own, different SageMaker. This WSGI
+layer in front of moto's app takes the requests of emulated JSON-protocol operations
+(`X-Amz-Target: SageMaker.StopTrainingJob`), replays each as a call of an in-process client, so it
+passes the same request validation, emulator and response validation as the stack's own calls,
+and writes the answer back as the JSON protocol does. Everything else goes on to moto unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+import botocore.session
+from botocore.config import Config
+from botocore.exceptions import ClientError, ParamValidationError
+from botocore.model import Shape
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import make_server
+
+from functions.common import clients
+from retrain.local.emulators import EmulatorRegistry
+
+log = logging.getLogger(__name__)
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+# One attempt inside: the caller outside retries (a throttled answer must reach it as one).
+ONE_ATTEMPT = Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=5, read_timeout=60)
+
+
+class EmulatorGateway:
+    """WSGI middleware: emulated JSON-protocol operations here, the rest to `app` (moto)."""
+
+    def __init__(self, app: WsgiApp, registry: EmulatorRegistry, region: str) -> None:
+        self._app = app
+        self._registry = registry
+        self._region = region
+        self._loader = botocore.session.get_session()
+
+    def _targets(self) -> dict[str, str]:
+        """`targetPrefix -> service` for the emulated services that speak the JSON protocol (looked
+        up per request: emulators register after the server starts; botocore caches the models)."""
+        found: dict[str, str] = {}
+        for service in self._registry.services():
+            model = self._loader.get_service_model(service)
+            prefix = model.metadata.get("targetPrefix")
+            if model.protocol == "json" and prefix:
+                found[prefix] = service
+        return found
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        prefix, _, operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")
+        service = self._targets().get(prefix)
+        if service is None or not self._registry.serves(service, operation):
+            return self._app(environ, start_response)
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        raw = environ["wsgi.input"].read(length) if length else b"{}"
+        status, body = self._call(service, operation, raw)
+        start_response(
+            f"{status} {'OK' if status < 300 else 'Error'}",
+            [("Content-Type", "application/x-amz-json-1.1"), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    def _call(self, service: str, operation: str, raw: bytes) -> tuple[int, bytes]:
+        model = self._loader.get_service_model(service).operation_model(operation)
+        try:
+            params = from_json(json.loads(raw or b"{}"), model.input_shape)
+        except (ValueError, TypeError) as error:
+            return _error(400, "SerializationException", f"the request body is not valid JSON: {error}")
+        # A client of boto3's default session: its call passes the emulator registry's hooks.
+        client = clients.make(service, config=ONE_ATTEMPT, endpoint_url="http://emulated.invalid")
+        try:
+            answer = dict(client._make_api_call(operation, params))
+        except ParamValidationError as error:
+            return _error(400, "ValidationException", str(error))
+        except ClientError as error:
+            details = error.response.get("Error", {})
+            status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 400))
+            return _error(status, str(details.get("Code", "InternalFailure")), str(details.get("Message", "")))
+        answer.pop("ResponseMetadata", None)
+        return 200, json.dumps(to_json(answer, model.output_shape)).encode()
+
+
+def _error(status: int, code: str, message: str) -> tuple[int, bytes]:
+    return status, json.dumps({"__type": code, "message": message}).encode()
+
+
+def from_json(value: Any, shape: Shape | None) -> Any:
+    """A JSON-protocol request body as botocore's client takes parameters (blobs decoded)."""
+    if shape is None or value is None:
+        return value
+    kind = shape.type_name
+    if kind == "structure":
+        members = shape.members  # type: ignore[attr-defined]
+        return {name: from_json(item, members.get(name)) for name, item in dict(value).items()}
+    if kind == "list":
+        return [from_json(item, shape.member) for item in value]  # type: ignore[attr-defined]
+    if kind == "map":
+        return {key: from_json(item, shape.value) for key, item in dict(value).items()}  # type: ignore[attr-defined]
+    if kind == "blob":
+        return base64.b64decode(value)
+    return value  # timestamps stay numbers: botocore's validator and serializer accept epochs
+
+
+def to_json(value: Any, shape: Shape | None) -> Any:  # noqa: PLR0911 (one return per shape kind)
+    """A parsed answer as the JSON protocol writes it: timestamps in epoch seconds, blobs base64."""
+    if shape is None or value is None:
+        return value
+    kind = shape.type_name
+    if kind == "structure":
+        members = shape.members  # type: ignore[attr-defined]
+        return {name: to_json(item, members.get(name)) for name, item in value.items() if name in members}
+    if kind == "list":
+        return [to_json(item, shape.member) for item in value]  # type: ignore[attr-defined]
+    if kind == "map":
+        return {key: to_json(item, shape.value) for key, item in value.items()}  # type: ignore[attr-defined]
+    if kind == "timestamp" and isinstance(value, datetime):
+        return value.timestamp()
+    if kind == "blob":
+        data = value.read() if hasattr(value, "read") else value
+        return base64.b64encode(data if isinstance(data, bytes) else str(data).encode()).decode()
+    return value
+
+
+class GatewayMotoServer(ThreadedMotoServer):
+    """moto's threaded server with the emulator gateway in front of its app."""
+
+    def __init__(self, registry: EmulatorRegistry, *, region: str, ip_address: str, port: int) -> None:
+        super().__init__(ip_address=ip_address, port=port, verbose=False)
+        self._registry = registry
+        self._region = region
+
+    def _server_entry(self) -> None:
+        app = EmulatorGateway(DomainDispatcherApplication(create_backend_app), self._registry, self._region)
+        # The same server moto builds (threaded, its request handler), with our app in front.
+        self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+        self._server_ready_event.set()
+        self._server.serve_forever()

@@ -1,0 +1,319 @@
+"""What `retrain runs` knows: the runs of a stack, one run in full, a rerun and a cancel.
+
+A run is one execution of the retraining state machine; its name is the run's name, and
+`reports/runs/<run>/summary.json` says how it ended. The clients are injected, so the same logic
+works against a deployed stack and against the offline one.
+
+A cancel does what the run's failure branch would, because StopExecution ends an execution
+without running its Catch: it stops the execution first (so the run cannot go on to start a job
+or tell the team a second time), then the training job, then it releases the lock and tells the
+team the run was stopped, by whom, with a `summary.json` like every other run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, ValidationError
+
+from functions.common import prefixes
+from functions.common.errors import RetrainError
+from functions.common.models import RunContext, RunState
+from functions.common.summary import RunSummary
+from functions.data.ledger import Ledger
+from functions.notify.logic import Notified, Notifier, NotifyRequest
+from functions.trigger.logic import Trigger, TriggerOutcome
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_stepfunctions import SFNClient
+
+CANCELLED = "RunCancelled"  # the error a cancelled run's execution and summary carry
+RERUN_SUFFIX = "-rerun-"
+MAX_EXECUTION_NAME = 80
+_NOT_IN_JOB_NAME = re.compile(r"[^A-Za-z0-9-]")
+
+
+class RunNotFoundError(RetrainError):
+    """No execution of the state machine has this name."""
+
+
+class RunNotRunningError(RetrainError):
+    """The run has already ended: there is nothing to cancel."""
+
+
+class RunRow(BaseModel):
+    """One line of `retrain runs list`."""
+
+    run: str
+    dataset_version: str | None
+    status: str  # the execution's: RUNNING, SUCCEEDED, FAILED, ABORTED, TIMED_OUT
+    outcome: str | None  # the summary's: accepted, rejected, failed, stopped (None: none yet)
+    started_at: datetime
+    duration_seconds: float | None
+    miou: float | None
+    miou_change: float | None
+    gate: str | None  # accepted / rejected and the first reason
+
+
+class RunDetails(BaseModel):
+    run: str
+    execution_arn: str
+    status: str
+    dataset_version: str | None
+    started_at: datetime
+    stopped_at: datetime | None
+    current_state: str | None  # for a running run: the state it is in
+    job_name: str | None
+    summary: RunSummary | None
+
+
+class CancelOutcome(BaseModel):
+    run: str
+    stopped_execution: bool
+    job_name: str | None
+    job_status: str | None  # the job's status when the cancel ended
+    released_lock: bool
+    notified: Notified | None
+    summary_uri: str | None
+
+
+@dataclass
+class Runs:
+    sfn: SFNClient
+    s3: S3Client
+    bucket: str
+    state_machine_arn: str
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+    # ---------------------------------------------------------------- reading --
+    def execution_arn(self, run: str) -> str:
+        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{run}"
+
+    def executions(self, limit: int) -> Iterator[dict[str, Any]]:
+        """Newest first, as Step Functions lists them."""
+        seen = 0
+        for page in self.sfn.get_paginator("list_executions").paginate(stateMachineArn=self.state_machine_arn):
+            for execution in sorted(page["executions"], key=lambda e: e["startDate"], reverse=True):
+                if seen >= limit:
+                    return
+                seen += 1
+                yield dict(execution)
+
+    def summary(self, run: str) -> RunSummary | None:
+        key = prefixes.run_report_key(run, "summary.json")
+        try:
+            body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                return None
+            raise
+        try:
+            return RunSummary.model_validate_json(body)
+        except ValidationError:
+            return None  # a summary of another schema: the row still shows the execution
+
+    def rows(self, limit: int = 20) -> list[RunRow]:
+        rows = []
+        for execution in self.executions(limit):
+            run = execution["name"]
+            summary = self.summary(run) if execution["status"] != "RUNNING" else None
+            started = execution["startDate"]
+            ended = execution.get("stopDate")
+            duration = summary.duration_seconds if summary and summary.duration_seconds is not None else None
+            if duration is None:
+                duration = ((ended or self.clock()) - started).total_seconds()
+            gate = None
+            if summary is not None and summary.gate is not None:
+                verdict = "accepted" if summary.gate.accepted else "rejected"
+                gate = f"{verdict}: {summary.gate.reasons[0]}" if summary.gate.reasons else verdict
+            version = summary.dataset_version if summary else self._input_version(execution["executionArn"])
+            rows.append(
+                RunRow(
+                    run=run,
+                    dataset_version=version,
+                    status=execution["status"],
+                    outcome=summary.outcome if summary else None,
+                    started_at=started,
+                    duration_seconds=duration,
+                    miou=summary.miou if summary else None,
+                    miou_change=summary.gate.miou_change if summary and summary.gate else None,
+                    gate=gate,
+                )
+            )
+        return rows
+
+    def _input_version(self, execution_arn: str) -> str | None:
+        """The dataset version a run was started on (runs without a summary: running ones)."""
+        described = self.sfn.describe_execution(executionArn=execution_arn)
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            return str(json.loads(described.get("input") or "{}")["dataset_version"])
+        return None
+
+    def details(self, run: str) -> RunDetails:
+        arn = self.execution_arn(run)
+        try:
+            described = self.sfn.describe_execution(executionArn=arn)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
+                raise RunNotFoundError(f"there is no run {run} (no execution of {self.state_machine_arn})") from error
+            raise
+        state, current = self.state_of(arn)
+        version = self._input_version(arn)
+        return RunDetails(
+            run=run,
+            execution_arn=arn,
+            status=described["status"],
+            dataset_version=version,
+            started_at=described["startDate"],
+            stopped_at=described.get("stopDate"),
+            current_state=current if described["status"] == "RUNNING" else None,
+            job_name=state.job.job_name if state.job else None,
+            summary=self.summary(run),
+        )
+
+    def state_of(self, execution_arn: str) -> tuple[RunState, str | None]:
+        """The run's state document as its last state left it, and the state it is in now."""
+        document: RunState | None = None
+        current = None
+        events: list[Any] = []
+        # Read forward and walk back: moto ignores `reverseOrder`, and a run's history is small
+        # (polling is capped at about 1,000 looks).
+        for page in self.sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
+            events.extend(page["events"])
+        for event in sorted(events, key=lambda e: e["id"], reverse=True):
+            if current is None and "stateEnteredEventDetails" in event:
+                current = event["stateEnteredEventDetails"]["name"]
+            exited = event.get("stateExitedEventDetails")
+            if document is None and exited is not None:
+                document = _run_state(exited.get("output"))
+            if document is not None and current is not None:
+                break
+        return document or RunState(), current
+
+    def dataset_version(self, run: str) -> str:
+        version = self.details(run).dataset_version
+        if version is None:
+            raise RunNotFoundError(f"run {run}'s input names no dataset version")
+        return version
+
+    # --------------------------------------------------------------- steering --
+    def rerun(self, run: str, trigger: Trigger) -> TriggerOutcome:
+        """A new run on `run`'s dataset version, through the trigger's lock."""
+        version = self.dataset_version(run)
+        return trigger.rerun(version, rerun_name(version, self.clock()))
+
+    def cancel(
+        self,
+        run: str,
+        *,
+        sagemaker: SageMakerClient,
+        ledger: Ledger,
+        notifier: Notifier | None,
+        who: str,
+        job_timeout: float = 120.0,
+        progress: Callable[[str], None] = lambda _: None,
+    ) -> CancelOutcome:
+        arn = self.execution_arn(run)
+        details = self.details(run)
+        if details.status != "RUNNING":
+            raise RunNotRunningError(f"run {run} has already ended ({details.status}): nothing to cancel")
+        state, current = self.state_of(arn)
+        cause = f"cancelled by {who} with `retrain runs cancel`"
+        _stop_execution(self.sfn, arn, cause)
+        progress(f"stopped the execution (it was in {current!r})")
+        job_name = details.job_name or self._job_started_by(details, sagemaker)
+        job_status = None
+        if job_name is not None:
+            job_status = _stop_job(sagemaker, job_name, job_timeout, progress)
+        released = ledger.release_lock(run)
+        progress("released the lock" if released else "the lock was not this run's (already released)")
+        notified = None
+        if notifier is not None:
+            failed = state.model_copy(
+                update={
+                    "failed_state": current or "unknown",
+                    "error": {"Error": CANCELLED, "Cause": cause},
+                    "run": state.run or _context_from(details),
+                }
+            )
+            notified = notifier.notify(NotifyRequest(kind="failed", execution=run, execution_arn=arn, state=failed))
+            progress(f"told the team: {notified.subject}")
+        return CancelOutcome(
+            run=run,
+            stopped_execution=True,
+            job_name=job_name,
+            job_status=job_status,
+            released_lock=released,
+            notified=notified,
+            summary_uri=notified.summary_uri if notified else None,
+        )
+
+    def _job_started_by(self, details: RunDetails, sagemaker: SageMakerClient) -> str | None:
+        """The run's job when the history does not name it yet (StartTraining was in flight):
+        its name starts with the dataset version's, and it was created after the run started."""
+        if details.dataset_version is None:
+            return None
+        stem = _NOT_IN_JOB_NAME.sub("-", details.dataset_version)[:40].strip("-")
+        found = sagemaker.list_training_jobs(
+            NameContains=stem, CreationTimeAfter=details.started_at, SortBy="CreationTime", SortOrder="Descending"
+        )["TrainingJobSummaries"]
+        return found[0]["TrainingJobName"] if found else None
+
+
+def rerun_name(version: str, now: datetime) -> str:
+    """`<version>-rerun-<UTC time>`: a valid execution name that says what it reruns."""
+    suffix = f"{RERUN_SUFFIX}{now:%Y%m%d-%H%M%S}"
+    return f"{version[: MAX_EXECUTION_NAME - len(suffix)]}{suffix}"
+
+
+def _run_state(output: str | None) -> RunState | None:
+    try:
+        return RunState.model_validate(json.loads(output or "null") or {})
+    except (ValueError, ValidationError):
+        return None
+
+
+def _context_from(details: RunDetails) -> RunContext | None:
+    if details.dataset_version is None:
+        return None
+    return RunContext(
+        run=details.run,
+        execution_arn=details.execution_arn,
+        dataset_version=details.dataset_version,
+        manifest_uri="",
+        manifest_version_id=None,
+        pair_count=0,
+        started_at=details.started_at,
+    )
+
+
+def _stop_execution(sfn: SFNClient, arn: str, cause: str) -> None:
+    try:
+        sfn.stop_execution(executionArn=arn, error=CANCELLED, cause=cause)
+    except ClientError as error:
+        # It ended between our look and the stop: what it left is handled like any end.
+        if error.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+            raise
+
+
+def _stop_job(sagemaker: SageMakerClient, name: str, timeout: float, progress: Callable[[str], None]) -> str:
+    status = sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    if status == "InProgress":
+        sagemaker.stop_training_job(TrainingJobName=name)
+        progress(f"asked training job {name} to stop")
+    deadline = time.monotonic() + timeout
+    while status in {"InProgress", "Stopping"} and time.monotonic() < deadline:
+        time.sleep(1)
+        status = sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    progress(f"training job {name}: {status}")
+    return status
