@@ -16,9 +16,8 @@ pytestmark = pytest.mark.slow
 def outside_client(service: str, endpoint: str, attempts: int = 4):  # type: ignore[no-untyped-def]
     """A client of its own botocore session: none of the stack's in-process hooks reach it."""
     session = boto3.session.Session(aws_access_key_id="x", aws_secret_access_key="y", region_name="us-east-1")
-    return session.client(
-        service, endpoint_url=endpoint, config=Config(retries={"mode": "standard", "max_attempts": attempts})
-    )
+    config = Config(retries={"mode": "standard", "max_attempts": attempts})
+    return session.client(service, endpoint_url=endpoint, config=config)  # type: ignore[call-overload]
 
 
 def test_emulated_sagemaker_and_fsx_answer_other_processes_with_awss_errors_and_throttling() -> None:
@@ -51,7 +50,7 @@ def test_emulated_sagemaker_and_fsx_answer_other_processes_with_awss_errors_and_
         # What moto serves itself still reaches moto.
         assert outside_client("s3", stack.endpoint_url).head_bucket(Bucket=stack.ref("DataBucket"))
     with pytest.raises(ParamValidationError):
-        sagemaker.describe_training_job()  # type: ignore[call-arg]
+        sagemaker.describe_training_job()
 
 
 def test_json_protocol_values_round_trip_through_the_shapes() -> None:
