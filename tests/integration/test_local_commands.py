@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import boto3
 import pytest
@@ -42,18 +45,64 @@ def test_the_server_stack_takes_uploads_from_any_aws_client_and_frees_its_port()
         pass
 
 
-def test_the_demo_drops_a_synthetic_batch_and_accounts_for_every_object() -> None:
-    result = CliRunner().invoke(app, ["local", "demo", "--count", "24", "--size", "128x64"])
+def test_make_run_plays_the_whole_loop_and_its_report_opens_from_disk_in_a_real_browser(tmp_path: Path) -> None:
+    args = ["local", "demo", "--count", "30", "--size", "128x64", "--epochs", "2", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
 
-    assert result.exit_code == 0, result.output
-    assert result.output.count(" curated ") == 46, result.output  # the 23 good pairs
-    assert result.output.count(" quarantined ") == 3, result.output  # broken pair, stray file
-    assert "Dataset version ds-" in result.output and ": 23 pairs" in result.output
-    assert "Retraining run ds-" in result.output and "SUCCEEDED" in result.output
-    assert "Outcome: accepted" in result.output, "the first model that learned is accepted"
-    assert "Notification (SNS e-mail): Retraining accepted" in result.output
-    assert "Notification (Slack," in result.output, "the Slack message the loopback webhook received"
-    assert "nothing left running" in result.output
+    output = result.output
+    assert result.exit_code == 0, output
+    stages = [
+        "Uploading to s3://",
+        "64 of 64 objects checked: 54 curated, 2 duplicate, 1 marker, 7 quarantined",
+        "Not curated, and why",
+        "closed (marker) and reported",
+        "frozen; retraining run ds-",
+        "FSx for Lustre: import task",
+        "import SUCCEEDED",
+        "SageMaker training job retrain-ds-",
+        "epoch 1/2: train loss",
+        "epoch 2/2: train loss",
+        "Evaluation and the quality gate",
+        "the gate accepted the model",
+        "Profiler rules (builtin)",
+        "E-mail (SNS), subject: Retraining accepted",
+        "Slack (",
+        "Where to look",
+        "Offline stack stopped; nothing left running.",
+    ]
+    positions = [output.find(stage) for stage in stages]
+    assert all(p >= 0 for p in positions), [s for s, p in zip(stages, positions, strict=True) if p < 0]
+    assert positions == sorted(positions), "the stages were not shown in the order they happen"
+    reasons = ("mask_unknown_class", "image_truncated", "mask_size_mismatch", "unsupported_extension", "duplicate_image")
+    assert all(reason in output for reason in reasons), "a broken file's reason is missing"
+
+    report = Path(re.search(r"Open the report in a browser: file://(\S+)", output).group(1))  # type: ignore[union-attr]
+    run_folder = report.parent
+    summary = json.loads((run_folder / "summary.json").read_text())
+    assert summary["outcome"] == "accepted" and (run_folder / "model" / "model.pt").stat().st_size > 0
+    assert json.loads((run_folder / "slack-message.json").read_text())["blocks"]
+    assert f"s3://{summary['artifacts']['report'].removeprefix('s3://')}" in output
+
+    dom = open_in_browser(report)
+    assert f"Profiling report: {summary['job']['name']}" in dom, dom[:2000]
+    assert "DataStall" in dom and "<svg" in dom, "the report's rule table and charts did not render"
+
+
+def open_in_browser(page: Path) -> str:
+    """The page as headless Chromium renders it from disk (the DOM after parsing)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must have Chromium: .ci/run installs it")
+        pytest.skip("no Chromium here: apt-get install chromium")
+    done = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
 
 
 def test_local_up_prints_how_to_reach_it_and_stops_cleanly_on_ctrl_c() -> None:

@@ -1,0 +1,537 @@
+"""`make run`: the whole loop on this machine, shown stage by stage as it happens.
+
+It starts the offline stack, draws synthetic street scenes with a handful of broken files among
+them, uploads them as an annotation team would, and follows what the system does with them: the
+intake's verdict on every object, the batch closing and its report, the dataset version frozen,
+the FSx import, the training job's epochs (read from its CloudWatch log stream, as one watches a
+SageMaker job), the profiler rules, the evaluation and the quality gate's decision, and the
+messages sent to the team. It ends with where to look: the run's files copied to a local folder
+(the report opens in a browser straight from disk) and their `s3://` locations.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from functions.common import prefixes
+from functions.common.contracts import parse_manifest
+from functions.common.models import RunState
+from functions.common.summary import RunSummary
+from retrain.local.notifications import TopicInbox
+from retrain.local.stack import TERMINAL, OfflineStack, StackOptions
+from retrain.synth import write_scenes
+
+FINAL = {"curated", "quarantined", "duplicate", "superseded", "marker"}
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+BROKEN = 5  # objects the demo breaks on purpose (see `_files`)
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    count: int = 200
+    size: tuple[int, int] = (256, 128)
+    epochs: int = 4
+    processes: int = 1  # emulated training hosts, one process each
+    out: Path = Path("retrain-demo")
+    timeout: float = 600.0
+
+    def parameters(self) -> dict[str, str]:
+        """The stack's template parameters for a demo: a run starts as soon as the batch closes
+        (production: 500 pairs or 6 hours, and a minute for late events to settle), and trains
+        for real in about a minute: CPU hosts, a narrow model, small crops."""
+        width, height = self.size
+        crop = f"{max(32, width // 2)}x{max(32, height // 2)}"
+        return {
+            "MinNewPairs": "1",
+            "SettleSeconds": "0",
+            "PollSeconds": "1",
+            "PollMaxSeconds": "2",
+            "TrainingInstanceType": "ml.m5.xlarge",
+            "TrainingInstanceCount": str(self.processes),
+            "TrainingEpochs": str(self.epochs),
+            "TrainingWidth": "0.25",
+            "TrainingBatchSize": "4",
+            "TrainingCrop": crop,
+            "TrainingExtraHyperparameters": '{"workers": 0}',
+        }
+
+
+@dataclass
+class DemoResult:
+    ok: bool
+    run: str | None = None
+    summary: RunSummary | None = None
+    local_folder: Path | None = None
+    report: Path | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+class Demo:
+    def __init__(self, options: DemoOptions, console: Console) -> None:
+        self.options = options
+        self.console = console
+        self.summary: RunSummary | None = None
+        self._run = ""
+
+    def run(self) -> DemoResult:
+        # Functions log JSON at INFO on AWS; here the stages below say what happened.
+        quiet = {"POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
+        logging.getLogger("moto").setLevel(logging.CRITICAL)
+        # Powertools flushes metrics after the handler, reading the process's environment then.
+        os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+        warnings.filterwarnings("ignore", message="No application metrics to publish")
+        options = StackOptions(mode="server", parameters=self.options.parameters(), function_environment=quiet)
+        started = time.monotonic()
+        self._stage("Starting the offline stack (moto, the real functions and state machine, emulated FSx/SageMaker)")
+        with OfflineStack(options) as stack:
+            self.stack = stack
+            self.bucket = stack.created.outputs["DataBucketName"]
+            self.console.print(f"  AWS endpoint {stack.endpoint_url}, data bucket s3://{self.bucket}", soft_wrap=True)
+            inbox = stack.topic_inbox("demo-inbox")
+            result = self._play(inbox)
+        self.console.print(
+            f"Offline stack stopped; nothing left running. The demo took {time.monotonic() - started:.0f} s."
+        )
+        return result
+
+    # -------------------------------------------------------------- stages --
+    def _stage(self, text: str) -> None:
+        self.console.print(f"\n[bold cyan]>[/bold cyan] [bold]{text}[/bold]", soft_wrap=True)
+
+    def _play(self, inbox: TopicInbox) -> DemoResult:
+        batch = time.strftime("demo-%Y%m%d-%H%M%S")
+        with tempfile.TemporaryDirectory() as folder:
+            files = self._draw(Path(folder))
+            keys = self._upload(batch, files)
+        fates = self._intake(batch, keys)
+        report = self._batch_report(batch)
+        problems = [f"{len(keys) - len(fates)} objects not accounted for"] if len(fates) < len(keys) else []
+        execution = self._wait_for_run()
+        if execution is None:
+            reason = self._trigger_declined() or "the trigger did not run"
+            return DemoResult(ok=False, problems=[*problems, f"no retraining run started: {reason}"])
+        run = self._run = execution["name"]
+        self._follow(execution["executionArn"])
+        summary = self.summary or self._summary(run)
+        self._messages(inbox)
+        result = self._where_to_look(run, summary, report)
+        ok = not problems and summary is not None and summary.outcome == "accepted"
+        if summary is not None and summary.outcome != "accepted":
+            problems.append(f"the run ended {summary.outcome}")
+        return DemoResult(
+            ok=ok,
+            run=run,
+            summary=summary,
+            local_folder=result[0],
+            report=result[1],
+            problems=problems,
+        )
+
+    def _draw(self, folder: Path) -> list[tuple[str, bytes]]:
+        count, size = self.options.count, self.options.size
+        self._stage(f"Drawing {count} synthetic street scenes ({size[0]}x{size[1]}), {BROKEN} of the files broken")
+        with self.console.status("drawing scenes"):
+            pairs = write_scenes(folder, count=count, size=size, seed=0)
+        files = _files(pairs)
+        self.console.print(
+            "  broken on purpose: a mask with an unknown class id, a truncated photo, a mask of the wrong "
+            "size, a photo uploaded twice under another name, and the annotators' notes.txt",
+            soft_wrap=True,
+        )
+        return files
+
+    def _upload(self, batch: str, files: list[tuple[str, bytes]]) -> list[str]:
+        self._stage(f"Uploading to s3://{self.bucket}/incoming/{batch}/ as an annotation team would")
+        s3 = self.stack.aws.s3
+        keys = []
+        with self._progress() as progress:
+            task = progress.add_task("uploading", total=len(files))
+            for relative, body in files:
+                key = f"{prefixes.INCOMING}{batch}/{relative}"
+                s3.put_object(Bucket=self.bucket, Key=key, Body=body)
+                keys.append(key)
+                progress.advance(task)
+        self.console.print(f"  {len(keys)} objects, the last one the batch's _COMPLETE marker")
+        return keys
+
+    def _progress(self) -> Progress:
+        columns = (TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        return Progress(*columns, console=self.console, transient=True)
+
+    def _intake(self, batch: str, keys: list[str]) -> dict[str, dict[str, Any]]:
+        self._stage("Intake: S3 event -> SQS -> intake Lambda validates every object -> ledger")
+        deadline = time.monotonic() + self.options.timeout
+        fates: dict[str, dict[str, Any]] = {}
+        with self._progress() as progress:
+            task = progress.add_task("objects checked", total=len(keys))
+            while time.monotonic() < deadline:
+                fates = {k: f for k, f in self._fates(batch).items() if f["status"] in FINAL}
+                progress.update(task, completed=len(fates))
+                if len(fates) >= len(keys):
+                    break
+                time.sleep(0.3)
+        counts: dict[str, int] = {}
+        for fate in fates.values():
+            counts[fate["status"]] = counts.get(fate["status"], 0) + 1
+        self.console.print(
+            f"  {len(fates)} of {len(keys)} objects checked: "
+            + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        )
+        table = Table(title="Not curated, and why", title_justify="left", show_edge=False)
+        for column in ("object", "fate", "reason"):
+            table.add_column(column)
+        for key, fate in sorted(fates.items()):
+            if fate["status"] in {"quarantined", "duplicate"}:
+                why = "; ".join(f"{r['code']}: {r.get('message', '')}" for r in fate.get("reasons", []))
+                table.add_row(key.rsplit("/", 2)[-2] + "/" + key.rsplit("/", 1)[-1], fate["status"], why or "-")
+        self.console.print(table)
+        return fates
+
+    def _fates(self, batch: str) -> dict[str, dict[str, Any]]:
+        pages = self.stack.aws.dynamodb.get_paginator("query").paginate(
+            TableName=self.stack.ref("LedgerTable"),
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :files)",
+            ExpressionAttributeValues={":pk": {"S": f"batch#{batch}"}, ":files": {"S": "file#"}},
+        )
+        fates: dict[str, dict[str, Any]] = {}
+        for page in pages:
+            for item in page["Items"]:
+                record = json.loads(item["record"]["S"])
+                if record["status"] != "superseded":
+                    fates[record["key"]] = record
+        return fates
+
+    def _batch_report(self, batch: str) -> dict[str, Any] | None:
+        key = prefixes.report_key(batch, "report.json")
+        report = self._wait_json(key, lambda doc: doc.get("status") == "closed", timeout=60)
+        if report is None:
+            self.console.print(f"  [red]batch {batch} has no closed report at s3://{self.bucket}/{key}[/red]")
+            return None
+        self._stage(f"Batch {batch} closed ({report.get('closed_by') or 'marker'}) and reported")
+        rejected = sum(len(items) for items in report.get("rejected", {}).values())
+        self.console.print(
+            f"  {len(report.get('accepted', []))} pairs accepted, {rejected} files rejected, "
+            f"{len(report.get('duplicates', []))} duplicate files; "
+            f"s3://{self.bucket}/{prefixes.report_key(batch, 'report.md')}",
+            soft_wrap=True,
+        )
+        return report
+
+    def _wait_json(self, key: str, ready: Any, timeout: float) -> dict[str, Any] | None:
+        s3 = self.stack.aws.s3
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                document: dict[str, Any] = json.loads(s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+            except s3.exceptions.NoSuchKey:
+                document = {}
+            if document and ready(document):
+                return document
+            time.sleep(0.3)
+        return None
+
+    def _wait_for_run(self) -> dict[str, Any] | None:
+        sfn = self.stack.aws.stepfunctions
+        machine = self.stack.ref("RetrainStateMachine")
+        deadline = time.monotonic() + 60
+        with self.console.status("  waiting for the trigger to freeze a dataset version and start a run"):
+            while time.monotonic() < deadline:
+                runs = sfn.list_executions(stateMachineArn=machine)["executions"]
+                if runs:
+                    return dict(runs[0])
+                if self._trigger_declined() is not None:
+                    return None  # the trigger looked and decided to wait: nothing will start
+                time.sleep(0.3)
+        return None
+
+    def _trigger_declined(self) -> str | None:
+        looks = [i for i in self.stack.runtime.invocations if i.function.endswith("TriggerFunction") and not i.failed]
+        if not looks or looks[-1].payload.get("started"):
+            return None
+        return str(looks[-1].payload.get("reason"))
+
+    # ------------------------------------------------------------ the run --
+    def _follow(self, execution_arn: str) -> None:
+        """Print the run's stages from its history, and the job's epochs from its log stream."""
+        sfn = self.stack.aws.stepfunctions
+        seen = 0
+        job: str | None = None
+        tail = _LogTail(self.stack.aws.logs)
+        last_status: tuple[str, str | None] | None = None
+        deadline = time.monotonic() + self.options.timeout
+        while time.monotonic() < deadline:
+            events = self.stack.history(execution_arn)
+            for event in events[seen:]:
+                job = self._narrate(event, job) or job
+                exited = event.get("stateExitedEventDetails")
+                if exited and exited["name"] == "Check the training job":
+                    state = _state(exited.get("output"))
+                    if state.job is not None and (state.job.status, state.job.secondary_status) != last_status:
+                        last_status = (state.job.status, state.job.secondary_status)
+                        self.console.print(f"  training job {state.job.status} ({state.job.secondary_status})")
+            seen = len(events)
+            if job is not None:
+                for line in tail.new_lines(job):
+                    self._epoch(line)
+            status = sfn.describe_execution(executionArn=execution_arn)["status"]
+            if status in TERMINAL:
+                if job is not None:
+                    for line in tail.new_lines(job):
+                        self._epoch(line)
+                colour = "green" if status == "SUCCEEDED" else "red"
+                self.console.print(f"  execution [{colour}]{status}[/{colour}]")
+                return
+            time.sleep(0.5)
+        self.console.print(f"  [red]the run did not end within {self.options.timeout:.0f} s[/red]")
+
+    def _narrate(self, event: dict[str, Any], job: str | None) -> str | None:
+        """One line per stage as its state ends; returns the job's name once it exists."""
+        entered = event.get("stateEnteredEventDetails")
+        if entered and entered["name"].endswith(": failed"):
+            self.console.print(f"  [red]{entered['name']}[/red]")
+            return None
+        exited = event.get("stateExitedEventDetails")
+        if not exited:
+            return None
+        name, state = exited["name"], _state(exited.get("output"))
+        run = state.run
+        if name == "Check that the dataset version exists" and run is not None:
+            self._stage(f"Dataset version {run.dataset_version} frozen; retraining run {run.run} started")
+            self.console.print(f"  {self._splits(run.manifest_uri)}, manifest {run.manifest_uri}", soft_wrap=True)
+            baseline = f"accepted model of run {run.accepted.run}" if run.accepted else "no accepted model yet"
+            self.console.print(f"  compared with: {baseline}")
+        elif name == "Copy the dataset to FSx" and state.sync is not None:
+            self._stage(f"FSx for Lustre: import task {state.sync.task_id} on {state.sync.file_system_id}")
+        elif name == "Check the FSx import" and state.sync is not None and state.sync.done:
+            files = f", {state.sync.files} files" if state.sync.files is not None else ""
+            self.console.print(f"  import {state.sync.lifecycle}{files}")
+        elif name == "Start training" and state.job is not None:
+            options = self.options
+            self._stage(f"SageMaker training job {state.job.job_name}")
+            self.console.print(
+                f"  {options.processes} x ml.m5.xlarge (emulated: torchrun on this machine), {options.epochs} epochs, "
+                "profiling on; epochs as the job's CloudWatch log stream reports them:",
+                soft_wrap=True,
+            )
+            return state.job.job_name
+        elif name == "Check the profiler rules" and state.job is not None and state.job.phase == "done":
+            self.console.print("  Debugger's rule evaluations have ended")
+        elif name == "Evaluate the run":
+            self._stage("Evaluation and the quality gate")
+            self.summary = self._summary(self._run)
+        elif name == "Tell the team how the run went":
+            self._stage("The team is told (SNS e-mail and Slack)")
+        elif name == "Release the lock and look for new data":
+            self.console.print("  lock released; the trigger looked for newer data")
+        return job
+
+    def _splits(self, manifest_uri: str) -> str:
+        bucket, key = prefixes.split_s3_uri(manifest_uri)
+        entries = parse_manifest(self.stack.aws.s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode())
+        train = sum(1 for e in entries if e.split == "train")
+        return f"{len(entries)} pairs ({train} train, {len(entries) - train} validation)"
+
+    def _epoch(self, line: str) -> None:
+        if not line.startswith("METRIC "):
+            return
+        values = dict(part.split("=", 1) for part in line.removeprefix("METRIC ").split() if "=" in part)
+        if "epoch" in values and "val_miou" in values:
+            self.console.print(
+                f"  epoch {values['epoch']}/{self.options.epochs}: train loss {float(values['train_loss']):.3f}, "
+                f"val mIoU {float(values['val_miou']):.3f}, {float(values.get('images_per_sec', 0)):.0f} images/s, "
+                f"data stall {float(values.get('stall_fraction', 0)):.0%}, "
+                f"{float(values.get('epoch_seconds', 0)):.1f} s"
+            )
+        elif "baseline_miou" in values:
+            self.console.print(
+                f"  the accepted model on this validation split: mIoU {float(values['baseline_miou']):.3f}"
+            )
+
+    def _summary(self, run: str) -> RunSummary | None:
+        key = prefixes.run_report_key(run, "summary.json")
+        document = self._wait_json(key, lambda doc: True, timeout=10)
+        if document is None:
+            self.console.print(f"  [red]run {run} wrote no summary.json[/red]")
+            return None
+        summary = RunSummary.model_validate(document)
+        if summary.gate is not None:
+            verdict = "[green]accepted[/green]" if summary.gate.accepted else "[yellow]rejected[/yellow]"
+            change = f" ({summary.gate.miou_change:+.3f})" if summary.gate.miou_change is not None else ""
+            miou = f"{summary.miou:.3f}" if summary.miou is not None else "unknown"
+            self.console.print(f"  mIoU {miou}{change}: the gate {verdict} the model")
+            for reason in summary.gate.reasons:
+                self.console.print(f"    - {reason}", soft_wrap=True)
+        elif summary.error:
+            self.console.print(f"  [red]{summary.outcome} at {summary.failed_state}: {summary.error}[/red]")
+            self.console.print(f"    {summary.cause or ''}", soft_wrap=True, markup=False)
+        if summary.rules:
+            table = Table(title=f"Profiler rules ({summary.rules_backend})", title_justify="left", show_edge=False)
+            for column in ("rule", "verdict", "what to do"):
+                table.add_column(column, overflow="fold")
+            for rule in summary.rules:
+                colour = "yellow" if rule.status == "IssuesFound" else "green" if rule.status == "NoIssuesFound" else ""
+                verdict = f"[{colour}]{rule.status}[/{colour}]" if colour else rule.status
+                table.add_row(rule.name, verdict, rule.recommendation if rule.status == "IssuesFound" else "")
+            self.console.print(table)
+        return summary
+
+    def _messages(self, inbox: TopicInbox) -> None:
+        deadline = time.monotonic() + 10
+        emails: list[dict[str, Any]] = []
+        while not emails and time.monotonic() < deadline:
+            emails = inbox.receive()
+        for email in emails:
+            self.console.print(f"\n[bold]E-mail (SNS)[/bold], subject: {email.get('Subject', '')}", soft_wrap=True)
+            self.console.print(email["Message"], soft_wrap=True, markup=False, highlight=False)
+        for posted in self.stack.slack.messages if self.stack.slack else []:
+            self.console.print(f"\n[bold]Slack[/bold] ({len(posted.get('blocks', []))} Block Kit blocks):")
+            self.console.print(_slack_as_text(posted), soft_wrap=True, markup=False, highlight=False)
+        if self.stack.slack is not None:
+            self._slack_messages = list(self.stack.slack.messages)
+
+    def _where_to_look(
+        self, run: str, summary: RunSummary | None, report: dict[str, Any] | None
+    ) -> tuple[Path | None, Path | None]:
+        """Copy the run's folder and model here, and say where everything is."""
+        folder = (self.options.out / run).resolve()
+        s3 = self.stack.aws.s3
+        copied = []
+        for prefix in (prefixes.run_report_key(run, ""), f"models/runs/{run}/"):
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Contents", []):
+                    name = item["Key"].removeprefix(prefix)
+                    target = folder / ("model" if prefix.startswith("models/") else "") / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(s3.get_object(Bucket=self.bucket, Key=item["Key"])["Body"].read())
+                    copied.append(target)
+        if getattr(self, "_slack_messages", None):
+            (folder / "slack-message.json").write_text(json.dumps(self._slack_messages[-1], indent=2))
+        self._stage("Where to look")
+        report_path = folder / "report.html"
+        rows = [
+            ("profiling report", report_path, prefixes.run_report_key(run, "report.html")),
+            ("run summary", folder / "summary.json", prefixes.run_report_key(run, "summary.json")),
+            ("metrics", folder / "metrics.json", prefixes.run_report_key(run, "metrics.json")),
+            ("rule verdicts", folder / "rules.json", prefixes.run_report_key(run, "rules.json")),
+            ("model (PyTorch state dict)", folder / "model" / "model.pt", f"models/runs/{run}/model.pt"),
+            ("Slack message (Block Kit JSON)", folder / "slack-message.json", None),
+        ]
+        for what, path, key in rows:
+            if not path.exists():
+                continue
+            location = f"  (s3://{self.bucket}/{key})" if key else ""
+            self.console.print(f"  {what:<31} {path}{location}", soft_wrap=True)
+        if report_path.exists():
+            self.console.print(f"\n  Open the report in a browser: [bold]{report_path.as_uri()}[/bold]", soft_wrap=True)
+        if report is not None:
+            batch = report["batch"]
+            self.console.print(f"  Batch report: s3://{self.bucket}/{prefixes.report_key(batch, 'report.md')}")
+        self.console.print(
+            "  To keep the stack up and steer runs yourself: `retrain local up`, then `retrain runs list`.",
+            soft_wrap=True,
+        )
+        return folder, report_path if report_path.exists() else None
+
+
+class _LogTail:
+    """New lines of a training job's CloudWatch log streams (SageMaker: one per host)."""
+
+    def __init__(self, logs: Any) -> None:
+        self._logs = logs
+        self._seen: set[str] = set()
+
+    def new_lines(self, job: str) -> list[str]:
+        lines = []
+        try:
+            pages = self._logs.get_paginator("filter_log_events").paginate(
+                logGroupName=LOG_GROUP, logStreamNamePrefix=f"{job}/algo-1"
+            )
+            for page in pages:
+                for event in page.get("events", []):
+                    if event["eventId"] not in self._seen:
+                        self._seen.add(event["eventId"])
+                        lines.append(event["message"])
+        except self._logs.exceptions.ResourceNotFoundException:
+            return []  # the stream appears with the job's first flush
+        return lines
+
+
+def _state(output: str | None) -> RunState:
+    try:
+        return RunState.model_validate(json.loads(output or "{}"))
+    except ValueError:
+        return RunState()
+
+
+def _files(pairs: list[tuple[Path, Path]]) -> list[tuple[str, bytes]]:
+    """The scenes as an annotation team uploads them, with five broken on purpose, then the marker."""
+    files: list[tuple[str, bytes]] = []
+    for image, label in pairs:
+        files.append((f"images/{image.name}", image.read_bytes()))
+        files.append((f"labels/{label.name}", label.read_bytes()))
+    # 1. A mask painted with a class id the taxonomy does not have (road as 77).
+    name, body = files[-1]
+    files[-1] = (name, _repaint(body, lambda value: 77 if value == 0 else value))
+    # 2. A photo cut off mid-upload.
+    name, body = files[-4]
+    files[-4] = (name, body[: len(body) // 2])
+    # 3. A mask of another size than its photo.
+    name, body = files[-5]
+    files[-5] = (name, _resized(body))
+    # 4. A photo uploaded twice, under another name (with a label of its own).
+    files.append(("images/scene-copy.jpg", files[0][1]))
+    files.append(("labels/scene-copy.png", files[1][1]))
+    # 5. A file that is neither.
+    files.append(("images/notes.txt", b"annotator's notes, uploaded by mistake"))
+    files.append(("_COMPLETE", b""))
+    return files
+
+
+def _repaint(png: bytes, change: Any) -> bytes:
+    with Image.open(io.BytesIO(png)) as mask:
+        buffer = io.BytesIO()
+        mask.point(change).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _resized(png: bytes) -> bytes:
+    with Image.open(io.BytesIO(png)) as mask:
+        buffer = io.BytesIO()
+        mask.resize((mask.width // 2, mask.height // 2), Image.Resampling.NEAREST).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _slack_as_text(message: dict[str, Any]) -> str:
+    """A Block Kit message as a person sees it in the channel, near enough to read in a terminal."""
+    lines: list[str] = []
+    for block in message.get("blocks", []):
+        kind = block.get("type")
+        if kind == "header":
+            lines.append(f"  # {block['text']['text']}")
+        elif kind == "section":
+            if "text" in block:
+                lines += [f"  {line}" for line in block["text"]["text"].splitlines()]
+            for item in block.get("fields", []):
+                lines.append(f"  {item['text'].replace(chr(10), ' ')}")
+        elif kind == "context":
+            lines.append("  " + " | ".join(element.get("text", "") for element in block.get("elements", [])))
+        elif kind == "actions":
+            labels = [element["text"]["text"] for element in block.get("elements", []) if "text" in element]
+            lines.append("  [" + "] [".join(labels) + "]")
+        elif kind == "divider":
+            lines.append("  ---")
+    return "\n".join(lines)
