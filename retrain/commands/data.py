@@ -120,6 +120,7 @@ def _connect(
         _fail(f"cannot reach the data: {error}", 2)
     except BotoCoreError as error:  # no region, endpoint unreachable, ...
         _fail(f"cannot reach the data: {error}", 2)
+    errors.print(f"[dim]using bucket {bucket} and table {table} at {endpoint_url or 'AWS'}[/dim]", soft_wrap=True)
     return Ledger(dynamodb, table), s3, bucket
 
 

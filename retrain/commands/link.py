@@ -51,6 +51,7 @@ def command(  # noqa: PLR0917 (a command's options are its parameters)
             raise typer.Exit(2) from error
         credentials = target.credentials
     else:
+        errors.print(f"[dim]using bucket {bucket or '(none)'} at {endpoint_url or 'AWS'}[/dim]", soft_wrap=True)
         offline = bool(endpoint_url) and (endpoint_url or "").split("//")[-1].split(":")[0] in LOOPBACK
         session = boto3.session.Session(region_name=region or (StackOptions().region if offline else None))
         bucket = bucket or (f"{StackOptions().stack_name}-data-123456789012-{session.region_name}" if offline else None)
