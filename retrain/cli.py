@@ -13,6 +13,7 @@ from retrain.commands import link as link_command
 from retrain.commands import local
 from retrain.commands import package as package_command
 from retrain.commands import plan_job as plan_job_command
+from retrain.commands import report as report_command
 from retrain.commands import runs as runs_command
 from retrain.commands import synth as synth_command
 from retrain.commands import train as train_command
@@ -34,6 +35,7 @@ app.command(name="plan-job")(plan_job_command.command)
 app.command(name="advise")(advise_command.command)
 app.command(name="package-trainer")(package_command.command)
 app.command(name="link")(link_command.command)
+app.command(name="report")(report_command.command)
 
 
 def main() -> None:

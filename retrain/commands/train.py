@@ -15,19 +15,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from PIL import Image
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from functions.common.contracts import MetricsFile, parse_manifest
+from functions.common.contracts import MetricsFile, dump_manifest, parse_manifest
+from functions.common.prefixes import IMAGES_DIR, LABELS_DIR
+from functions.validation import PairResult
+from retrain import labeled
+from retrain.commands.validate import progress as validation_progress
 
 # Typer settings for this command: flags it does not know go to the trainer unchanged.
 CONTEXT_SETTINGS: dict[str, Any] = {"allow_extra_args": True, "ignore_unknown_options": True}
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Where the manifest of a plain labeled folder goes, in --out: the run keeps what it trained on.
+FOLDER_MANIFEST = "manifest.jsonl"
+# Left-out items listed in full up to this many; `retrain validate` lists them all.
+MAX_LISTED = 50
 
 
 def resolve_manifest(data: Path, manifest: str | None) -> tuple[Path, Path]:
@@ -41,10 +50,19 @@ def resolve_manifest(data: Path, manifest: str | None) -> tuple[Path, Path]:
     if manifest:
         path = Path(manifest)
         return data.resolve(), (path if path.is_absolute() else data / path).resolve()
-    candidates = sorted((data / "manifests").glob("*.jsonl"), key=lambda p: (p.stat().st_mtime, p.name))
+    candidates = newest_manifests(data)
     if not candidates:
-        raise typer.BadParameter(f"{data} has no manifests/*.jsonl; run `retrain synth` first?")
+        raise typer.BadParameter(
+            f"{data} is not a dataset: it has neither manifests/*.jsonl (a frozen version, as "
+            f"`retrain synth` writes) nor {IMAGES_DIR}/ + {LABELS_DIR}/ (a labeled folder, as "
+            "`retrain validate` checks it)"
+        )
     return data.resolve(), candidates[-1].resolve()
+
+
+def newest_manifests(data: Path) -> list[Path]:
+    """The folder's manifests, oldest first (by modification time, then name)."""
+    return sorted((data / "manifests").glob("*.jsonl"), key=lambda p: (p.stat().st_mtime, p.name))
 
 
 def image_size(data_dir: Path, manifest: Path) -> str:
@@ -64,7 +82,11 @@ def trainer_command(
     out: Path,
     trainer_args: list[str],
 ) -> list[str]:
-    """The torchrun command line, as SageMaker's `torch_distributed` launcher would build it."""
+    """The torchrun command line, as SageMaker's `torch_distributed` launcher would build it.
+
+    A manifest inside `data_dir` is passed relative to it, as on SageMaker; one elsewhere (a
+    labeled folder's, kept in `out`) by its absolute path, which the trainer takes as it is.
+    """
     return [
         sys.executable,
         "-m",
@@ -77,7 +99,7 @@ def trainer_command(
         "--data-dir",
         str(data_dir),
         "--manifest",
-        str(manifest.relative_to(data_dir)),
+        str(manifest.relative_to(data_dir) if manifest.is_relative_to(data_dir) else manifest),
         "--model-dir",
         str(out / "model"),
         "--output-data-dir",
@@ -106,7 +128,12 @@ def trainer_environment(out: Path, data_dir: Path) -> dict[str, str]:
 
 def command(
     ctx: typer.Context,
-    data: Annotated[Path, typer.Argument(help="A folder with manifests/ (newest used) or a manifest.")],
+    data: Annotated[
+        Path,
+        typer.Argument(
+            help="A folder with manifests/ (newest used), a manifest, or a labeled folder (images/ + labels/)."
+        ),
+    ],
     *,
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the training split.")] = 24,
     nproc: Annotated[int, typer.Option(min=1, help="Processes (gloo ranks), one per core.")] = 2,
@@ -120,22 +147,45 @@ def command(
     resume: Annotated[
         bool, typer.Option(help="Continue from checkpoints left in OUT instead of starting over.")
     ] = False,
+    val_fraction: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Labeled folder only: the share of pairs held out for validation, by content hash "
+            f"(default {labeled.DEFAULT_VAL_FRACTION}, as the trigger).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Train BiSeNetV2 under torchrun on CPU, as the SageMaker job would.
 
     Flags this command does not know (e.g. --baseline-model runs/old/model/model.pt) go to the
     trainer unchanged; `python -m trainer.train --help` lists them.
+
+    A labeled folder (DATA/images/<stem>.jpg|png, DATA/labels/<stem>.png, no manifests/) is
+    validated as the intake would, and its valid pairs frozen into OUT/manifest.jsonl as the
+    trigger would; the pairs left out are listed.
     """
     console = Console()
-    data_dir, manifest_path = resolve_manifest(data, manifest)
-    if not manifest_path.is_file():
-        raise typer.BadParameter(f"no manifest at {manifest_path}")
     out = out.resolve()
+    dataset: labeled.FolderDataset | None = None
+    if manifest is None and data.is_dir() and not newest_manifests(data) and labeled.is_labeled_folder(data):
+        dataset = labeled_dataset(console, data, val_fraction, out)
+        data_dir, manifest_path = data.resolve(), out / FOLDER_MANIFEST
+    else:
+        if val_fraction is not None:
+            fail("--val-fraction is for a labeled folder (images/ + labels/): a manifest's splits are frozen in it")
+        data_dir, manifest_path = resolve_manifest(data, manifest)
+        if not manifest_path.is_file():
+            raise typer.BadParameter(f"no manifest at {manifest_path}")
     if not resume:
         # Otherwise the trainer would resume from the last run's checkpoints, by design.
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     for folder in ("model", "output", "checkpoints", "logs"):
         (out / folder).mkdir(parents=True, exist_ok=True)
+    if dataset is not None:
+        manifest_path.write_text(dump_manifest(dataset.entries), encoding="utf-8")
     trainer_args = [
         "--epochs",
         str(epochs),
@@ -159,10 +209,13 @@ def command(
         "1.5",
         "--log-every",
         "10",
+        # A labeled folder's version is named after its content, not after the manifest's file.
+        *(["--dataset-version", dataset.version] if dataset is not None else []),
         *ctx.args,
     ]
     argv = trainer_command(nproc=nproc, data_dir=data_dir, manifest=manifest_path, out=out, trainer_args=trainer_args)
-    console.print(f"[bold]training[/] on {manifest_path.name} with {nproc} processes -> {out}")
+    name = dataset.version if dataset is not None else manifest_path.name
+    console.print(Text.assemble(("training", "bold"), f" on {name} with {nproc} processes -> {out}"))
     console.print(" ".join(argv[1:]), style="dim", soft_wrap=True)
 
     started = time.perf_counter()
@@ -172,6 +225,71 @@ def command(
         console.print(f"[red]training failed[/] (exit {returncode}); log: {out / 'logs' / 'train.log'}")
         raise typer.Exit(returncode)
     _summary(console, out, seconds)
+
+
+def labeled_dataset(console: Console, data: Path, val_fraction: float | None, out: Path) -> labeled.FolderDataset:
+    """A labeled folder's valid pairs as a manifest; the rest listed; exit 2 if it cannot train."""
+    fraction = labeled.DEFAULT_VAL_FRACTION if val_fraction is None else val_fraction
+    if not 0.0 < fraction < 1.0:
+        fail(f"--val-fraction {fraction} leaves a split empty: a run needs pairs to train on and to validate on")
+    # A run's output inside the folder (`--out DATA/runs/x`) is not data: the next run would
+    # list every checkpoint and log as a stray file.
+    planned = labeled.plan(data, exclude=out)
+    if not planned:
+        fail(f"{data} has {IMAGES_DIR}/ and {LABELS_DIR}/ but no files in them: add image/label pairs")
+    console.print(Text(f"validating {len(planned)} items of {data} as the intake would"), soft_wrap=True)
+    with validation_progress(len(planned)) as advance:
+        dataset = labeled.build_manifest(data, val_fraction=fraction, planned=planned, advance=advance)
+    if dataset.left_out:
+        console.print(left_out_table(dataset.left_out, data))
+    used, total = len(dataset.entries), len(planned)
+    if not used:
+        fail(
+            f"none of the {total} items of {data} is a valid pair (listed above; `retrain validate {data}` "
+            "explains each): fix them or add valid image/label pairs"
+        )
+    if used < 2:
+        fail(f"only 1 valid pair in {data}: a run needs a training and a validation pair at least; add pairs")
+    if not dataset.val or not dataset.train:
+        empty, other = ("validation", "training") if not dataset.val else ("training", "validation")
+        change = "raise" if not dataset.val else "lower"
+        fail(
+            f"all {used} valid pairs fall in the {other} split and none in the {empty} split: each "
+            f"pair's split comes from its image's content hash (--val-fraction {fraction}), so it "
+            f"cannot be moved by hand; add pairs, or {change} --val-fraction"
+        )
+    console.print(
+        Text(
+            f"using {used} of {total} items: {dataset.train} train, {dataset.val} val (--val-fraction "
+            f"{fraction}), dataset version {dataset.version}"
+            + (f"; {len(dataset.left_out)} left out, as the intake would quarantine them" if dataset.left_out else "")
+        ),
+        soft_wrap=True,
+    )
+    return dataset
+
+
+def left_out_table(results: list[PairResult], data: Path) -> Table:
+    """One row per reason of every item left out (the first MAX_LISTED rows)."""
+    rows = [
+        # A missing partner's reason names no file: the file that is there is the one to show.
+        (reason.key or result.image or result.label or result.item, reason.code, reason.message)
+        for result in results
+        for reason in result.reasons
+    ]
+    table = Table("file", "reason", "message", title=f"{len(results)} items left out", title_justify="left")
+    for file, code, message in rows[:MAX_LISTED]:
+        # Text, not markup: a file may well be called `[red]boom.png`.
+        table.add_row(Text(file), Text(code), Text(message))
+    if len(rows) > MAX_LISTED:
+        table.caption = f"{len(rows) - MAX_LISTED} more: `retrain validate {data}` lists them all"
+    return table
+
+
+def fail(message: str) -> NoReturn:
+    """An expected condition (a folder that cannot be trained on): one message on stderr, exit 2."""
+    Console(stderr=True).print(Text.assemble(("error: ", "bold red"), message), soft_wrap=True)
+    raise typer.Exit(2)
 
 
 def _stream(argv: list[str], env: dict[str, str], log_path: Path, epochs: int) -> int:

@@ -68,12 +68,13 @@ def write_outputs(
     out_dir.mkdir(parents=True, exist_ok=True)
     rules_path, report_path = out_dir / RULES_FILE, out_dir / REPORT_FILE
     document = rules_document(results, job_name=job_name)
-    _atomic(rules_path, json.dumps(document, indent=2) + "\n")
-    _atomic(report_path, render_html(data, results, job_name=job_name, metrics=metrics))
+    write_atomic(rules_path, json.dumps(document, indent=2) + "\n")
+    write_atomic(report_path, render_html(data, results, job_name=job_name, metrics=metrics))
     return rules_path, report_path
 
 
-def _atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """`path` written whole: a reader (a browser, the uploader) never sees half a file."""
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(text, encoding="utf-8")
     partial.replace(path)
@@ -402,22 +403,41 @@ def _lineage(metrics: Mapping[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m trainer.profiling.report OUTPUT_DIR`: re-evaluate and re-render a run."""
+    """`python -m trainer.profiling.report OUTPUT_DIR`: re-evaluate and re-render a run.
+
+    The rules run again on everything under `profile/` with the parameters the run's own
+    `rules.json` records (see `rerender`), so a run started with `--rule-parameters` keeps them;
+    without a `rules.json` the defaults are used and stderr says so. Both files are rewritten
+    in `--out` (default OUTPUT_DIR): this is the trainer's own final step, done again, e.g. for
+    a run that died before it. `retrain report` renders a copy instead and touches nothing.
+    """
     import argparse  # noqa: PLC0415 - only the command line needs it
+    import sys  # noqa: PLC0415
 
-    from trainer.profiling.rules import evaluate  # noqa: PLC0415
+    from trainer.profiling import rerender  # noqa: PLC0415 - it imports this module
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("output_dir", type=Path, help="the run's output folder (holds profile/)")
+    parser = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output_dir", type=Path, help="the run's output folder (holds profile/), or profile/")
     parser.add_argument("-o", "--out", type=Path, help="folder for rules.json and report.html")
     parser.add_argument("--metrics", type=Path, help="metrics.json (default: OUTPUT_DIR's)")
-    parser.add_argument("--job-name")
+    parser.add_argument("--job-name", help="the report's job name (default: the one rules.json records)")
     args = parser.parse_args(argv)
-    metrics_path = args.metrics or args.output_dir / "metrics.json"
-    metrics = json.loads(metrics_path.read_text()) if metrics_path.exists() else None
-    data = load_profile(args.output_dir / "profile", loader=(metrics or {}).get("loader"))
-    results = evaluate(data)
-    _, page = write_outputs(args.out or args.output_dir, data, results, job_name=args.job_name, metrics=metrics)
+    try:
+        run = rerender.find_run(args.output_dir)
+        if args.metrics:
+            run = rerender.RunFolder(run.output_dir, metrics_file=args.metrics)
+        rendered = rerender.load(run, re_evaluate=True, job_name=args.job_name)
+    except rerender.RunFolderError as error:
+        parser.error(str(error))  # exits 2, with the usage line
+    for note in rendered.notes:
+        print(f"note: {note}", file=sys.stderr)
+    _, page = write_outputs(
+        args.out or run.output_dir,
+        rendered.data,
+        rendered.results,
+        job_name=rendered.job_name,
+        metrics=rendered.metrics,
+    )
     print(page)
     return 0
 

@@ -1,0 +1,307 @@
+"""A run's profiling report rendered again, after the run, with the rule parameters it ran with.
+
+The trainer writes `rules.json` and `report.html` beside `profile/` (and `metrics.json`) in its
+output folder. Rendering that folder again must not quietly change what the run concluded:
+
+- **Recorded verdicts by default.** When `rules.json` is there, its verdicts are the run's: the
+  trainer evaluated them with facts no folder keeps (the process's start time, which
+  `MaxInitializationTime` counts from; which rule stopped the run under `--stop-on-rule`), and
+  they are what the notifications and the quality gate read. Re-evaluating would get those
+  wrong, so the recorded verdicts are shown as they are.
+- **Re-evaluation on request** (`re_evaluate=True`, or overrides given): every rule runs again on
+  everything under `profile/`, with the parameters `rules.json` records for it (a run started
+  with `--rule-parameters` keeps them), the overrides on top. Useful when the run died between
+  two periodic evaluations (its `rules.json` then covers only part of the run: `rerender` says
+  so) or to ask what a different threshold would have said. The start time is recovered from the
+  recorded `MaxInitializationTime` evidence and the `--stop-on-rule` note is carried over.
+- **No `rules.json`** (a run killed before its first evaluation): the rules are evaluated with
+  their defaults, and a note says so; never silently.
+
+`rules.json` records parameters as strings (`RuleEvaluation.parameters`); `recorded_parameters`
+turns them back into the numbers and `None`s the rules were given.
+
+No torch, and nothing from `functions` (the trainer ships alone): the rules file is read as the
+plain JSON the trainer writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from trainer.profiling import report, rules
+from trainer.profiling.rules import ProfileData, RuleEvaluation
+
+PROFILE_DIR = "profile"
+METRICS_FILE = "metrics.json"
+# `retrain train --out` keeps the trainer's output folder one level down.
+TRAIN_OUTPUT_DIR = "output"
+# Samples newer than rules.json by more than this mean its verdicts miss the end of the run. The
+# final evaluation happens after the samplers stop, so only clock skew between hosts (their
+# samples reach rank 0 with their own clocks) can put a sample after it: seconds at most.
+STALE_AFTER_SECONDS = 5.0
+STOP_NOTE = "this rule stopped the training (--stop-on-rule)"
+
+
+class RunFolderError(ValueError):
+    """The folder is not a run's profiling output, or what it holds cannot be read."""
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    """A run's output folder: `profile/`, and maybe `rules.json`, `report.html`, `metrics.json`."""
+
+    output_dir: Path
+    # Where metrics.json is, when not in `output_dir`.
+    metrics_file: Path | None = None
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.output_dir / PROFILE_DIR
+
+    @property
+    def rules_path(self) -> Path:
+        return self.output_dir / report.RULES_FILE
+
+    @property
+    def report_path(self) -> Path:
+        return self.output_dir / report.REPORT_FILE
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.metrics_file or self.output_dir / METRICS_FILE
+
+    def protected(self) -> tuple[Path, ...]:
+        """The run's data files: no re-rendering may write over them (report.html is not one)."""
+        return (self.rules_path, self.output_dir / METRICS_FILE, self.metrics_path)
+
+
+def find_run(path: Path) -> RunFolder:
+    """The run folder `path` names: the trainer's output folder (holding `profile/`), its
+    `profile/` folder itself, or a `retrain train --out` folder (holding `output/profile/`)."""
+    if not path.exists():
+        raise RunFolderError(f"{path} does not exist")
+    if not path.is_dir():
+        raise RunFolderError(f"{path} is a file, not a run's folder")
+    if (path / PROFILE_DIR).is_dir():
+        return RunFolder(path)
+    if path.name == PROFILE_DIR:
+        return RunFolder(path.parent)
+    if (path / TRAIN_OUTPUT_DIR / PROFILE_DIR).is_dir():
+        return RunFolder(path / TRAIN_OUTPUT_DIR)
+    raise RunFolderError(
+        f"{path} holds no profiling output: expected the trainer's output folder (with "
+        f"{PROFILE_DIR}/, {report.RULES_FILE} and {METRICS_FILE}; `retrain train` puts it in "
+        f"OUT/{TRAIN_OUTPUT_DIR}) or its {PROFILE_DIR}/ folder (with system/ and steps/). "
+        "A run trained with --profiling off has none."
+    )
+
+
+@dataclass
+class Rendered:
+    """What a report is made of, and what the reader must be told about it."""
+
+    data: ProfileData
+    results: list[RuleEvaluation]
+    metrics: dict[str, Any] | None
+    job_name: str | None
+    # "recorded" (the run's own verdicts), "re-evaluated" (with the run's parameters) or
+    # "defaults" (evaluated with the defaults: the run left no rules.json).
+    verdicts: str
+    # Caveats, one sentence each, for stderr: defaults used, verdicts that miss the run's end...
+    notes: list[str] = field(default_factory=list)
+
+    def html(self) -> str:
+        return report.render_html(self.data, self.results, job_name=self.job_name, metrics=self.metrics)
+
+
+def load(
+    run: RunFolder,
+    *,
+    re_evaluate: bool = False,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    job_name: str | None = None,
+) -> Rendered:
+    """The run's report contents: recorded verdicts, or re-evaluated ones (see the module doc).
+
+    Reads the folder, writes nothing. `overrides` imply re-evaluation; `job_name` replaces the
+    recorded one.
+    """
+    notes: list[str] = []
+    document = _read_rules(run)
+    metrics = _read_metrics(run, notes)
+    data = report.load_profile(run.profile_dir, loader=(metrics or {}).get("loader"))
+    if not data.steps and not data.system:
+        notes.append(f"{run.profile_dir} holds no samples and no steps: the report has nothing to show")
+    name = job_name or (document or {}).get("job_name")
+    if document is None:
+        notes.append(
+            f"{run.rules_path} is missing (the run ended before its first evaluation?): the rules are "
+            "evaluated with their default parameters"
+            + (" and the overrides given" if overrides else "")
+            + ", and MaxInitializationTime counts from the first sample, not the job's start"
+        )
+        return Rendered(data, _evaluate(data, overrides), metrics, name, "defaults", notes)
+    recorded = recorded_results(document, run.rules_path)
+    if document.get("backend", "builtin") != "builtin":
+        if re_evaluate or overrides:
+            raise RunFolderError(
+                f"{run.rules_path} holds SageMaker Debugger's verdicts (backend "
+                f"{document.get('backend')!r}): only the built-in rules can be evaluated again"
+            )
+        return Rendered(data, recorded, metrics, name, "recorded", notes)
+    if not re_evaluate and not overrides:
+        stale = _stale_note(document, data, run)
+        if stale:
+            notes.append(stale)
+        return Rendered(data, recorded, metrics, name, "recorded", notes)
+    parameters = recorded_parameters(document)
+    missing = [rule for rule in rules.RULE_NAMES if rule not in parameters]
+    if missing:
+        notes.append(
+            f"{run.rules_path} has no entry for {', '.join(missing)} (a trainer older than this one?): "
+            "those rules run with their default parameters"
+        )
+    for rule, values in (overrides or {}).items():
+        parameters.setdefault(rule, {}).update(values)
+    data.started_at = _started_at(recorded, data)
+    results = _evaluate(data, parameters)
+    _carry_stop_note(recorded, results)
+    return Rendered(data, results, metrics, name, "re-evaluated", notes)
+
+
+def recorded_parameters(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per rule, the parameters `rules.json` says it ran with, as the values the rules take.
+
+    The trainer records them with `str()`: "500", "0.2", "None", "TRAIN" come back as 500, 0.2,
+    None and "TRAIN".
+    """
+    parameters: dict[str, dict[str, Any]] = {}
+    for entry in document.get("rules") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("parameters"), Mapping):
+            parameters[str(entry["name"])] = {str(k): _typed(v) for k, v in entry["parameters"].items()}
+    return parameters
+
+
+def recorded_results(document: Mapping[str, Any], where: Path) -> list[RuleEvaluation]:
+    """The verdicts of `rules.json`, as the renderer takes them."""
+    entries = document.get("rules")
+    if not isinstance(entries, list):
+        raise RunFolderError(f"{where} has no list of rules")
+    results = []
+    for number, entry in enumerate(entries, start=1):
+        try:
+            results.append(
+                RuleEvaluation(
+                    name=str(entry["name"]),
+                    status=str(entry["status"]),
+                    trigger_count=int(entry.get("trigger_count") or 0),
+                    violations=_optional_int(entry.get("violations")),
+                    datapoints=_optional_int(entry.get("datapoints")),
+                    evidence=dict(entry.get("evidence") or {}),
+                    parameters={str(k): str(v) for k, v in (entry.get("parameters") or {}).items()},
+                    recommendation=str(entry.get("recommendation") or ""),
+                    detail=None if entry.get("detail") is None else str(entry["detail"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise RunFolderError(f"{where}: rule {number} is not a rule entry ({error!r})") from error
+    return results
+
+
+def _typed(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value  # a hand-written rules.json may hold numbers already
+    if value == "None":
+        return None
+    if value in {"True", "False"}:
+        return value == "True"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _read_rules(run: RunFolder) -> dict[str, Any] | None:
+    if not run.rules_path.exists():
+        return None
+    try:
+        document = json.loads(run.rules_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RunFolderError(f"cannot read {run.rules_path}: {error}") from error
+    if not isinstance(document, dict):
+        raise RunFolderError(f"{run.rules_path} is not a rules file (a JSON object with a list of rules)")
+    return document
+
+
+def _read_metrics(run: RunFolder, notes: list[str]) -> dict[str, Any] | None:
+    if not run.metrics_path.exists():
+        return None
+    try:
+        metrics = json.loads(run.metrics_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        # The curves are a nicety; the rules are the point of the report.
+        notes.append(f"cannot read {run.metrics_path} ({error}): the report has no training curves or lineage")
+        return None
+    return metrics if isinstance(metrics, dict) else None
+
+
+def _evaluate(data: ProfileData, parameters: Mapping[str, Mapping[str, Any]] | None) -> list[RuleEvaluation]:
+    try:
+        return rules.evaluate(data, parameters)
+    except ValueError as error:  # an unknown rule or parameter, named by `rules`
+        raise RunFolderError(f"cannot evaluate the rules: {error}") from error
+
+
+def _newest(data: ProfileData) -> float | None:
+    stamps = [float(r["Timestamp"]) for r in data.system]
+    stamps += [float(s["start"]) + float(s.get("duration", 0.0)) for s in data.steps]
+    return max(stamps, default=None)
+
+
+def _stale_note(document: Mapping[str, Any], data: ProfileData, run: RunFolder) -> str | None:
+    newest = _newest(data)
+    try:
+        written = datetime.fromisoformat(str(document["generated_at"])).timestamp()
+    except (KeyError, ValueError):
+        return None
+    if newest is None or newest - written <= STALE_AFTER_SECONDS:
+        return None
+    clock = "%H:%M:%S"
+    return (
+        f"{run.rules_path} was written at {datetime.fromtimestamp(written, UTC):{clock}} UTC but "
+        f"{run.profile_dir} goes on until {datetime.fromtimestamp(newest, UTC):{clock}} UTC "
+        f"({newest - written:.0f} s later; the run stopped before its final evaluation?): the "
+        "verdicts shown cover only part of the run; re-evaluate to judge all of it with the "
+        "run's parameters"
+    )
+
+
+def _started_at(recorded: list[RuleEvaluation], data: ProfileData) -> float | None:
+    """The job's start, from the recorded MaxInitializationTime: first step minus its wait."""
+    starts = [float(s["start"]) for s in data.steps]
+    for result in recorded:
+        waited = result.evidence.get("initialization_seconds")
+        seen = result.evidence.get("first_step_seen")
+        if result.name == "MaxInitializationTime" and seen and starts and isinstance(waited, int | float):
+            return min(starts) - float(waited)
+    return None
+
+
+def _carry_stop_note(recorded: list[RuleEvaluation], results: list[RuleEvaluation]) -> None:
+    """The rule that stopped the run still says so: only the training loop knew it."""
+    stopped = {r.name for r in recorded if r.evidence.get("stopped_training") is True}
+    for result in results:
+        if result.name in stopped:
+            result.evidence["stopped_training"] = True
+            result.detail = f"{result.detail}; {STOP_NOTE}" if result.detail else STOP_NOTE
