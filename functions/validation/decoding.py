@@ -12,6 +12,7 @@ import io
 import struct
 import warnings
 import zlib
+from collections.abc import Iterator
 from typing import NamedTuple, Protocol
 
 from PIL import Image, ImageFile, UnidentifiedImageError
@@ -23,6 +24,13 @@ from functions.validation.reasons import ReasonCode, RejectedError
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _PNG_IEND = b"\x00\x00\x00\x00IEND\xae\x42\x60\x82"
 _PNG_HEADER_END = 33  # signature, IHDR length and type, 13 bytes of IHDR data, CRC
+_PNG_SAMPLES = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # samples per pixel, by color type
+# Adam7's passes: first column, first row, column step, row step.
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+# What a PNG's pixels hold before the decoder writes them, per band. 254 is no class id, so a
+# valid mask's last row never looks unwritten (see `check_rows_complete`).
+_UNWRITTEN = (254, 1, 253, 2)
+_INFLATE_STEP = 1 << 20
 
 # Pillow names a JPEG with a multi-picture index (some cameras write one) MPO.
 _PILLOW_NAMES = {"JPEG": ("JPEG", "MPO"), "PNG": ("PNG",)}
@@ -67,6 +75,7 @@ class PngHeader(NamedTuple):
     height: int
     bit_depth: int
     color_type: int  # 0 gray, 2 RGB, 3 palette, 4 gray+alpha, 6 RGBA
+    interlaced: bool = False  # Adam7
 
 
 def read_source(source: Source, limit: int) -> bytes:
@@ -124,7 +133,8 @@ def png_header(data: bytes) -> PngHeader:
     (stored_crc,) = struct.unpack(">I", data[29:33])
     if zlib.crc32(data[12:29]) != stored_crc:
         raise RejectedError(ReasonCode.IMAGE_UNDECODABLE, "the PNG header (IHDR) fails its checksum: corrupt")
-    return PngHeader(*struct.unpack(">IIBB", data[16:26]))
+    width, height, bit_depth, color_type = struct.unpack(">IIBB", data[16:26])
+    return PngHeader(width, height, bit_depth, color_type, interlaced=data[28] == 1)
 
 
 def check_declared_size(width: int, height: int, config: ValidationConfig) -> None:
@@ -176,6 +186,7 @@ def check_frames(image: Image.Image) -> None:
 
 def decode(image: Image.Image, data: bytes, expected: str) -> None:
     """Decode every pixel: this is what finds truncated and corrupt files."""
+    fill = _prefill(image) if expected == "PNG" else None
     try:
         image.load()
     except Exception as exc:  # any decoder failure is a defect of the file, not of ours
@@ -184,6 +195,100 @@ def decode(image: Image.Image, data: bytes, expected: str) -> None:
     # cut off right after its pixels would otherwise pass.
     if expected == "PNG" and data.rfind(_PNG_IEND) == -1:
         raise RejectedError(ReasonCode.IMAGE_TRUNCATED, "the PNG ends without its IEND chunk")
+    if fill is not None:
+        check_rows_complete(image, data, fill)
+
+
+def _prefill(image: Image.Image) -> int | tuple[int, ...] | None:
+    """Give a PNG not yet decoded its pixel memory, filled with `_UNWRITTEN` instead of zeros,
+    so that pixels the decoder never writes can be told from black ones; the fill, or None if
+    the image is already decoded."""
+    if not isinstance(image, ImageFile.ImageFile) or not image.tile:
+        return None
+    bands = len(image.getbands())
+    fill = _UNWRITTEN[0] if bands == 1 else _UNWRITTEN[:bands]
+    # Pillow's `load_prepare` allocates pixel memory only when the image has none.
+    image.im = Image.new(image.mode, image.size, fill).im
+    return fill
+
+
+def check_rows_complete(image: Image.Image, data: bytes, fill: int | tuple[int, ...]) -> None:
+    """Raise if a decoded PNG's compressed data closed before its last row.
+
+    Pillow stops without an error when the zlib stream ends cleanly, and leaves the rows it
+    never got as they were. The decoder writes rows in file order (for Adam7, the last pass
+    covers every odd row), so the row written last tells: if any of its pixels differs from the
+    fill, every row came. Only when it is all fill, a real row of that color or a missing one,
+    are the pixel data inflated a second time to count their bytes.
+    """
+    header = png_header(data)
+    last = header.height - 1
+    if header.interlaced:
+        last -= 1 - last % 2  # the last odd row; none at height 1, where the count decides
+    if last >= 0:
+        row = image.crop((0, last, image.width, last + 1)).tobytes()
+        if row != Image.new(image.mode, (image.width, 1), fill).tobytes():
+            return
+    expected = _pixel_data_size(header)
+    found = _inflated_size(data, expected)
+    if found >= expected:
+        return
+    if header.interlaced:
+        raise RejectedError(
+            ReasonCode.IMAGE_ROWS_MISSING,
+            f"the interlaced PNG's compressed pixel data ends early: it holds {found} of the "
+            f"{expected} bytes its {header.width}x{header.height} header needs; a decoder "
+            "fills the rest with 0",
+        )
+    present = found // (1 + _row_bytes(header.width, header))
+    raise RejectedError(
+        ReasonCode.IMAGE_ROWS_MISSING,
+        f"the PNG's compressed pixel data ends after {present} of its {header.height} rows; a "
+        f"decoder fills the other {header.height - present} with 0",
+    )
+
+
+def _row_bytes(width: int, header: PngHeader) -> int:
+    return (width * header.bit_depth * _PNG_SAMPLES.get(header.color_type, 1) + 7) // 8
+
+
+def _pixel_data_size(header: PngHeader) -> int:
+    """Bytes of the inflated pixel data: each row is a filter byte and its samples."""
+    if not header.interlaced:
+        return header.height * (1 + _row_bytes(header.width, header))
+    total = 0
+    for column, row, column_step, row_step in _ADAM7:
+        width = max(0, -(-(header.width - column) // column_step))
+        height = max(0, -(-(header.height - row) // row_step))
+        if width and height:
+            total += height * (1 + _row_bytes(width, header))
+    return total
+
+
+def _inflated_size(data: bytes, limit: int) -> int:
+    """How many bytes the IDAT chunks inflate to, counted up to just past `limit` in bounded
+    memory (`data` has decoded once already, so its chunks are well formed)."""
+    stream = zlib.decompressobj()
+    pending = b"".join(_idat_payloads(data))
+    found = 0
+    try:
+        while pending and not stream.eof and found <= limit:
+            found += len(stream.decompress(pending, _INFLATE_STEP))
+            pending = stream.unconsumed_tail
+    except zlib.error as exc:
+        raise RejectedError(ReasonCode.IMAGE_UNDECODABLE, f"the PNG's pixel data is corrupt: {exc}") from exc
+    return found
+
+
+def _idat_payloads(data: bytes) -> Iterator[bytes]:
+    at = len(PNG_SIGNATURE)
+    while at + 8 <= len(data):
+        length, kind = struct.unpack(">I4s", data[at : at + 8])
+        if kind == b"IDAT":
+            yield data[at + 8 : at + 8 + length]
+        elif kind == b"IEND":
+            return
+        at += 12 + length
 
 
 def _failure(expected: str, exc: Exception) -> RejectedError:

@@ -34,6 +34,8 @@ class ReasonCode(StrEnum):
     # Decoding.
     IMAGE_TRUNCATED = "image_truncated"
     IMAGE_UNDECODABLE = "image_undecodable"
+    IMAGE_ROWS_MISSING = "image_rows_missing"
+    IMAGE_EXIF_ROTATED = "image_exif_rotated"
     # Masks.
     MASK_NOT_SINGLE_CHANNEL = "mask_not_single_channel"
     MASK_NOT_8BIT = "mask_not_8bit"
@@ -74,6 +76,13 @@ DESCRIPTIONS: dict[ReasonCode, str] = {
     ReasonCode.IMAGE_ANIMATED: "the file holds several frames (animated PNG, multi-picture)",
     ReasonCode.IMAGE_TRUNCATED: "the file ends before its pixel data does",
     ReasonCode.IMAGE_UNDECODABLE: "the file is corrupt: the decoder failed",
+    ReasonCode.IMAGE_ROWS_MISSING: (
+        "a PNG's compressed pixel data ends cleanly before its last row (image or mask): the "
+        "missing rows would read as 0"
+    ),
+    ReasonCode.IMAGE_EXIF_ROTATED: (
+        "the image's EXIF orientation rotates or mirrors it for display, but training reads the stored pixels"
+    ),
     ReasonCode.MASK_NOT_SINGLE_CHANNEL: "the mask has color or alpha channels instead of class ids",
     ReasonCode.MASK_NOT_8BIT: "the mask is not 8 bits per pixel (1-, 2-, 4- or 16-bit gray)",
     ReasonCode.MASK_SIZE_MISMATCH: "the mask's width and height differ from its image's",

@@ -94,6 +94,49 @@ def filled_png(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
+# Adam7's passes: first column, first row, column step, row step.
+ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+
+
+def scanlines(gray: Image.Image, *, interlaced: bool = False) -> bytes:
+    """An L image's pixel data as a PNG holds it before compression: rows of a filter byte
+    (0, none) and the pixels; pass after pass for Adam7."""
+    width, height = gray.size
+    pixels = gray.tobytes()
+    rows = [pixels[y * width : (y + 1) * width] for y in range(height)]
+    if not interlaced:
+        return b"".join(b"\x00" + row for row in rows)
+    data = b""
+    for column, first, column_step, row_step in ADAM7:
+        if column < width:
+            data += b"".join(b"\x00" + rows[y][column::column_step] for y in range(first, height, row_step))
+    return data
+
+
+def gray_png(size: tuple[int, int], pixel_data: bytes, *, interlaced: bool = False) -> bytes:
+    """An 8-bit gray PNG of exactly `pixel_data` in one zlib stream that ends cleanly, however
+    short of the header's `size` the data are: what an encoder that stops early writes."""
+    header = struct.pack(">IIBBBBB", *size, 8, 0, 0, 0, int(interlaced))
+    idat = chunk(b"IDAT", zlib.compress(pixel_data))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + idat + chunk(b"IEND", b"")
+
+
+def short_png(gray: Image.Image, rows: int) -> bytes:
+    """`gray` as a PNG whose complete, valid zlib stream holds only its first `rows` rows."""
+    return gray_png(gray.size, scanlines(gray)[: rows * (1 + gray.width)])
+
+
+def exif(orientation: int) -> Image.Exif:
+    tags = Image.Exif()
+    tags[0x0112] = orientation  # Orientation
+    return tags
+
+
+def oriented_jpeg(orientation: int, size: tuple[int, int] = SIZE) -> bytes:
+    """A photo as a phone stores it: pixels as the sensor read them, EXIF says how to turn them."""
+    return encode(scene(size), "JPEG", quality=90, exif=exif(orientation))
+
+
 def animated_png(size: tuple[int, int] = SIZE) -> bytes:
     frames = [scene(size), scene(size).rotate(180)]
     return encode(frames[0], "PNG", save_all=True, append_images=frames[1:])

@@ -21,7 +21,7 @@ from functions.validation import (
     validate_manifest,
 )
 
-from .corpus import SIZE, encode, jpeg
+from .corpus import SIZE, encode, jpeg, oriented_jpeg, short_png
 
 BUCKET = "annotations"
 JOB = "street-scenes"
@@ -288,3 +288,23 @@ def test_a_broken_image_is_named_by_its_uri(bucket: Bucket) -> None:
 def test_a_class_map_may_only_target_taxonomy_classes() -> None:
     with pytest.raises(ValueError, match="automobile"):
         ValidationConfig(groundtruth_class_map={"Vehicle": "automobile"})
+
+
+def test_a_mask_whose_rows_stop_early_is_rejected_not_read_as_black(bucket: Bucket) -> None:
+    # Gray 255 is BACKGROUND's white; without the check the missing rows would read as black,
+    # a color the map does not have, and the annotator would be told the wrong defect.
+    bucket.put_pair("a", jpeg(), short_png(Image.new("L", SIZE, 255), rows=16))
+
+    [result] = validate(bucket, line("a"))
+
+    assert codes(result) == [ReasonCode.IMAGE_ROWS_MISSING]
+    assert "16 of its 32 rows" in result.reasons[0].message
+
+
+def test_a_labeling_jobs_photo_turned_by_exif_is_rejected(bucket: Bucket) -> None:
+    bucket.put_pair("a", oriented_jpeg(3), encode(color_mask({ROAD: 10}), "PNG"))
+
+    [result] = validate(bucket, line("a"))
+
+    assert codes(result) == [ReasonCode.IMAGE_EXIF_ROTATED]
+    assert result.reasons[0].key == f"s3://{BUCKET}/raw/a.jpg"

@@ -8,7 +8,7 @@ import pytest
 
 from functions.validation import FileCheck, ReasonCode, ValidationConfig, check_image
 
-from .corpus import SIZE, animated_png, chunk, encode, jpeg, png, raw_png, scene
+from .corpus import SIZE, animated_png, chunk, encode, exif, jpeg, oriented_jpeg, png, raw_png, scene, short_png
 
 
 def only_reason(check: FileCheck) -> ReasonCode:
@@ -189,3 +189,62 @@ def test_a_truncated_image_still_reports_its_hash_for_the_ledger() -> None:
     check = check_image(data, "images/cut.jpg")
 
     assert check.size_bytes == 300 and check.sha256 is not None
+
+
+def test_a_png_image_whose_compressed_rows_stop_early_but_cleanly_is_rejected() -> None:
+    check = check_image(short_png(scene(mode="L"), rows=31), "images/short.png")
+
+    assert only_reason(check) is ReasonCode.IMAGE_ROWS_MISSING
+    assert "31 of its 32 rows" in check.reasons[0].message and "other 1 " in check.reasons[0].message
+
+
+def test_a_whole_png_image_whose_last_row_is_the_preset_value_is_valid() -> None:
+    gray = scene(mode="L")
+    gray.paste(254, (0, 31, 64, 32))  # what unwritten pixels are preset to: counted, not guessed
+
+    assert check_image(short_png(gray, rows=32), "images/bright-edge.png").ok
+
+
+def test_a_photo_whose_exif_turns_it_for_display_is_rejected() -> None:
+    check = check_image(oriented_jpeg(6), "images/portrait.jpg")
+
+    assert only_reason(check) is ReasonCode.IMAGE_EXIF_ROTATED
+    message = check.reasons[0].message
+    assert "orientation 6" in message and "90 degrees clockwise" in message
+    assert "re-export the photo with its rotation applied" in message
+    assert (check.width, check.height) == SIZE  # the stored size, as the trainer sees it
+
+
+def test_a_photo_whose_exif_orientation_is_upright_is_valid() -> None:
+    assert check_image(oriented_jpeg(1), "images/upright.jpg").ok
+
+
+@pytest.mark.parametrize("orientation", [2, 3, 4, 5, 7, 8])
+def test_every_turn_or_mirror_is_rejected_even_those_that_keep_the_size(orientation: int) -> None:
+    check = check_image(oriented_jpeg(orientation), "images/turned.jpg")
+
+    assert only_reason(check) is ReasonCode.IMAGE_EXIF_ROTATED
+    assert f"orientation {orientation}:" in check.reasons[0].message
+
+
+@pytest.mark.parametrize("after_pixels", [False, True])
+def test_a_png_with_an_exif_chunk_is_checked_too(after_pixels: bool) -> None:
+    data = png()
+    at = data.index(b"IEND" if after_pixels else b"IDAT") - 4
+    data = data[:at] + chunk(b"eXIf", exif(8).tobytes()[6:]) + data[at:]  # TIFF, no Exif\0\0
+
+    check = check_image(data, "images/turned.png")
+
+    assert only_reason(check) is ReasonCode.IMAGE_EXIF_ROTATED
+    assert "orientation 8:" in check.reasons[0].message
+
+
+@pytest.mark.parametrize("orientation", [0, 9])
+def test_an_orientation_no_viewer_applies_is_no_turn(orientation: int) -> None:
+    assert check_image(oriented_jpeg(orientation), "images/odd.jpg").ok
+
+
+def test_unreadable_exif_is_ignored_like_viewers_ignore_it() -> None:
+    data = encode(scene(), "JPEG", exif=b"Exif\x00\x00not a tiff header")
+
+    assert check_image(data, "images/junk-exif.jpg").ok

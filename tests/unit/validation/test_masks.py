@@ -15,7 +15,7 @@ from functions.validation import (
     validate_pair,
 )
 
-from .corpus import SIZE, encode, jpeg, mask, mask_image, palette_mask, raw_png
+from .corpus import SIZE, encode, gray_png, jpeg, mask, mask_image, palette_mask, raw_png, scanlines, short_png
 
 
 def only_reason(check: FileCheck) -> ReasonCode:
@@ -164,3 +164,54 @@ def test_both_files_of_a_pair_report_their_own_defects() -> None:
         (ReasonCode.IMAGE_TRUNCATED, "images/a.jpg"),
         (ReasonCode.MASK_UNKNOWN_CLASS, "labels/a.png"),
     ]
+
+
+def test_a_mask_whose_compressed_rows_stop_early_but_cleanly_is_rejected() -> None:
+    # The zlib stream is whole and valid, so no decoder complains: the 12 missing rows would
+    # simply read as 0, road, under the car and the sky.
+    check = check_label(short_png(mask_image(fill=1), rows=20), "labels/short.png")
+
+    assert only_reason(check) is ReasonCode.IMAGE_ROWS_MISSING
+    assert "20 of its 32 rows" in check.reasons[0].message
+
+
+def test_the_same_mask_written_in_full_is_valid() -> None:
+    whole = mask_image(fill=1)
+
+    check = check_label(short_png(whole, rows=32), "labels/whole.png")
+
+    assert check.ok, check.reasons
+    assert check.value_pixels == check_label(encode(whole, "PNG"), "labels/pillow.png").value_pixels
+
+
+def test_a_mask_whose_clean_stream_stops_inside_a_row_is_truncated() -> None:
+    # Pillow itself refuses a row left half written, so this one never reaches the row check.
+    gray = mask_image()
+    cut = gray_png(gray.size, scanlines(gray)[: 7 * 65 + 30])
+
+    assert only_reason(check_label(cut, "labels/short.png")) is ReasonCode.IMAGE_TRUNCATED
+
+
+@pytest.mark.parametrize("height", [32, 33])
+def test_an_interlaced_mask_must_hold_its_last_pass(height: int) -> None:
+    gray = mask_image(size=(64, height))
+    data = scanlines(gray, interlaced=True)
+
+    whole = check_label(gray_png(gray.size, data, interlaced=True), "labels/adam7.png")
+    short = check_label(gray_png(gray.size, data[:-65], interlaced=True), "labels/adam7.png")
+
+    assert whole.ok, whole.reasons
+    assert whole.value_pixels == check_label(encode(gray, "PNG"), "labels/plain.png").value_pixels
+    assert only_reason(short) is ReasonCode.IMAGE_ROWS_MISSING
+    assert "interlaced" in short.reasons[0].message
+
+
+def test_a_whole_mask_whose_last_row_looks_unwritten_is_judged_by_its_values() -> None:
+    # The last row holds exactly what unwritten pixels are preset to: the byte count decides.
+    gray = mask_image()
+    gray.paste(254, (0, 31, 64, 32))
+
+    check = check_label(short_png(gray, rows=32), "labels/odd.png")
+
+    assert only_reason(check) is ReasonCode.MASK_UNKNOWN_CLASS
+    assert "254 (64 px)" in check.reasons[0].message

@@ -15,6 +15,14 @@ def test_every_reason_code_is_documented() -> None:
     assert all(description and description[0].islower() for description in DESCRIPTIONS.values())
 
 
+def test_the_manual_tables_every_reason_code_and_no_other() -> None:
+    manual = (Path(__file__).resolve().parents[3] / "docs" / "validation.md").read_text(encoding="utf-8")
+    table = manual.split("## Reason codes", 1)[1].split("\n\n", 2)[1]
+    tabled = {code for row in table.splitlines()[2:] for code in re.findall(r"`([a-z0-9_]+)`", row.split("|")[1])}
+
+    assert tabled == {code.value for code in ReasonCode}
+
+
 def test_reason_codes_are_snake_case_and_distinct() -> None:
     values = [code.value for code in ReasonCode]
 
