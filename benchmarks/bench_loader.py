@@ -8,17 +8,20 @@ overhead rather than the machine's decode capacity) that leaves the CPUs free, a
 On 1024x512 JPEG scenes with PNG masks (`retrain.synth.write_scenes`), augmented as in training
 (random scale 0.5-2, 1024x512 crop, flip, jitter), one run measures, interleaved per round:
 - the trainer's loader with its defaults for one process on an accelerator host (workers: the
-  cores less one; decoder: the fastest installed), reading the files;
+  cores less one; decoder: the fastest installed; every file checked against the manifest's
+  sha256, as `--verify-checksums` does by default), reading the files;
 - the same batches, already in memory: the upper bound;
 - the same dataset decoded in the training process (0 workers), as a naive loader does.
 Each loop is one steady-state epoch of `--batches` batches (the workers are started, by a short
 warm-up epoch, before the clock runs). Prints `name: value` lines: the median over rounds of
-`loader_vs_memory_ratio` (target <= 1.05) and `naive_loader_ratio`, and what they ran with.
+`loader_vs_memory_ratio` (target <= 1.05) and `naive_loader_ratio`, and what they ran with,
+including `sample_sha256_ms`, the checksums' share of `sample_cpu_ms` (`--no-verify`: without).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import random
 import statistics
 import sys
@@ -77,6 +80,19 @@ def run_epoch(batches: Iterable[Any], step_seconds: float) -> float:
     return time.perf_counter() - started
 
 
+def sample_costs(dataset: SegmentationDataset) -> tuple[float, float]:
+    """CPU ms per sample: all of it (read, check, decode, augment), and its two SHA-256s alone."""
+    started = time.process_time()
+    for index in range(len(dataset)):
+        dataset[(index, augmentation_seed(0, 0, index))]
+    sample_ms = 1000 * (time.process_time() - started) / len(dataset)
+    files = [(dataset.root / path).read_bytes() for entry in dataset.entries for path in (entry.image, entry.label)]
+    started = time.process_time()
+    for data in files:
+        hashlib.sha256(data).hexdigest()
+    return sample_ms, 1000 * (time.process_time() - started) / len(dataset)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=40, help="batches per measured epoch")
@@ -84,6 +100,11 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=150.0, help="emulated step per batch")
     parser.add_argument("--scenes", type=int, default=96, help="distinct scenes on disk")
     parser.add_argument("--workers", type=int, default=-1, help="-1: the trainer's default")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="do not check the files against the manifest's sha256 (the trainer checks by default)",
+    )
     args = parser.parse_args()
     step = args.step_ms / 1000.0
     torch.set_num_threads(1)
@@ -94,7 +115,7 @@ def main() -> None:
         write_scenes(root, count=args.scenes, size=SIZE, seed=0)
         entries = read_manifest(next((root / "manifests").glob("*.jsonl")))
         decoder = ImageDecoder(pick_decoder("auto"))
-        dataset = SegmentationDataset(root, entries, Augment(SIZE), decoder=decoder)
+        dataset = SegmentationDataset(root, entries, Augment(SIZE), decoder=decoder, verify=not args.no_verify)
         samples = args.batches * BATCH
 
         workers = args.workers if args.workers >= 0 else default_workers(local_world_size=1, accelerator=True)
@@ -140,10 +161,8 @@ def main() -> None:
                 file=sys.stderr,
             )
 
-        started = time.process_time()
-        for index in range(len(entries)):
-            dataset[(index, augmentation_seed(0, 0, index))]
-        decode_ms = 1000 * (time.process_time() - started) / len(entries)
+        decode_ms, sha256_ms = sample_costs(dataset)
+        assert dataset.checksums is None or not int(dataset.checksums.flags.gt(1).sum()), "a file differs"
 
     print(f"loader_vs_memory_ratio: {statistics.median(ratios):.3f}")
     print(f"naive_loader_ratio: {statistics.median(naive_ratios):.3f}")
@@ -153,6 +172,8 @@ def main() -> None:
     print(f"decoder: {decoder.name}")
     print(f"emulated_step_ms: {args.step_ms:g}")
     print(f"sample_cpu_ms: {decode_ms:.1f}")
+    print(f"checksums: {'off' if args.no_verify else 'on'}")
+    print(f"sample_sha256_ms: {sha256_ms:.2f}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ does not run it). About 3-5 minutes on one H200; the phases, in one run:
    the GPU was: a sanity check, not a roofline.
 2. **Input pipeline**: 1024x512 JPEG scenes with PNG masks (`retrain.synth`), the trainer's loader
    with its defaults for one process on this host (workers = cores less one, pinned memory, the
-   fastest decoder installed, random scale/crop/flip/jitter) feeding the same training step, then
+   fastest decoder installed, every file checked against the manifest's sha256, random
+   scale/crop/flip/jitter) feeding the same training step, then
    the very same batches from pinned host memory, the upper bound. The stall fraction is the time
    blocked on the loader over step time, exactly as the trainer reports it ->
    `gpu_loader_stall_fraction`, `gpu_memory_stall_fraction` (~0) and `gpu_loader_vs_memory_ratio`
@@ -234,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         write_scenes(root, count=args.scenes, size=SIZE, seed=0)
         entries = read_manifest(next((root / "manifests").glob("*.jsonl")))
         decoder = ImageDecoder(pick_decoder("auto"))
-        dataset = SegmentationDataset(root, entries, Augment(SIZE), decoder=decoder)
+        dataset = SegmentationDataset(root, entries, Augment(SIZE), decoder=decoder, verify=True)
         workers = default_workers(local_world_size=1, accelerator=True)
         sampler = EpochSampler(len(dataset), args.loader_steps * args.batch)
         loader = make_loader(

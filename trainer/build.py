@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from trainer import checkpoint, distributed, loader, precision
+from trainer import checkpoint, checksums, distributed, loader, precision, warm_start
 from trainer.data import (
     Augment,
     ResumableDistributedSampler,
@@ -47,6 +47,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise SystemExit("--batch-size must be at least 2: BatchNorm needs two samples per rank")
     if args.grad_accum < 1 or args.epochs < 1 or args.eval_every < 1:
         raise SystemExit("--grad-accum, --epochs and --eval-every must be at least 1")
+    if not 0.0 <= args.max_checksum_mismatch_fraction <= 1.0:
+        raise SystemExit(f"{checksums.FRACTION_FLAG} must be within [0, 1]")
 
 
 def manifest_path(args: argparse.Namespace) -> Path:
@@ -65,7 +67,8 @@ def manifest_path(args: argparse.Namespace) -> Path:
 
 
 def datasets(args: argparse.Namespace, manifest: Path) -> tuple[SegmentationDataset, SegmentationDataset]:
-    """The train and val splits of the manifest, the first augmented."""
+    """The train and val splits of the manifest, the first augmented; both checked against the
+    manifest's sha256 as they are read unless `--verify-checksums false`."""
     entries = read_manifest(manifest)
     train_entries = [entry for entry in entries if entry.split == "train"]
     val_entries = [entry for entry in entries if entry.split == "val"]
@@ -73,13 +76,19 @@ def datasets(args: argparse.Namespace, manifest: Path) -> tuple[SegmentationData
         raise SystemExit(
             f"{manifest} has {len(train_entries)} train and {len(val_entries)} val pairs; a run needs both"
         )
+    if args.verify_checksums and (missing := checksums.unpinned(entries)):
+        raise SystemExit(
+            f"{len(missing)} of {len(entries)} pairs of {manifest} have no image_sha256 or label_sha256 "
+            f"(the first: {missing[0].image}), so their bytes cannot be checked: pass {checksums.OFF_FLAG} "
+            "to train on them unchecked"
+        )
     base_size = parse_size(args.base_size) if args.base_size else None
     augment = Augment(parse_size(args.crop), args.scale_min, args.scale_max, jitter=args.jitter)
     decoder = ImageDecoder(pick_decoder(args.decoder))
     data_dir = Path(args.data_dir)
     return (
-        SegmentationDataset(data_dir, train_entries, augment, base_size, decoder),
-        SegmentationDataset(data_dir, val_entries, None, base_size, decoder),
+        SegmentationDataset(data_dir, train_entries, augment, base_size, decoder, verify=args.verify_checksums),
+        SegmentationDataset(data_dir, val_entries, None, base_size, decoder, verify=args.verify_checksums),
     )
 
 
@@ -118,25 +127,21 @@ def loaders(
     return train_sampler, train_loader, val_loader
 
 
-def init_from(args: argparse.Namespace) -> str | None:
-    """The accepted model to start from: --init-from, else the `model` channel, unless scratch."""
-    if args.from_scratch:
-        return None
-    if args.init_from:
-        return str(args.init_from)
-    return _channel_model()
+def warm_start_of(args: argparse.Namespace) -> warm_start.WarmStart:
+    """What the weights start from: --from-scratch, else --init-from, else the `model` channel's
+    model.pt or model.tar.gz (`warm_start.py`), with the reason either way."""
+    return warm_start.resolve(
+        init_from=args.init_from, from_scratch=args.from_scratch, channel=os.environ.get("SM_CHANNEL_MODEL")
+    )
 
 
 def baseline_model(args: argparse.Namespace) -> str | None:
     """The accepted model to compare with: --baseline-model, else the `model` channel's, even
     when training from scratch (the quality gate judges against it either way)."""
-    return str(args.baseline_model) if args.baseline_model else _channel_model()
-
-
-def _channel_model() -> str | None:
-    channel = os.environ.get("SM_CHANNEL_MODEL")
-    default = Path(channel) / checkpoint.MODEL_FILE if channel else None
-    return str(default) if default is not None and default.is_file() else None
+    if args.baseline_model:
+        return str(args.baseline_model)
+    found = warm_start.from_channel(os.environ.get("SM_CHANNEL_MODEL"))
+    return str(found.path) if found.path is not None else None
 
 
 def models(

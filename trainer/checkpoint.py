@@ -14,12 +14,14 @@ Everything saved is plain tensors, numbers, strings and containers, so both file
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import random
 import re
 import time
 from dataclasses import asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer import distributed
+from trainer import distributed, schedule, warm_start
+from trainer.data import EpochLayout
 from trainer.metrics import EpochProgress
 
 if TYPE_CHECKING:
@@ -37,7 +40,7 @@ log = logging.getLogger("trainer")
 
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d{9})\.pt$")
 MODEL_FORMAT = "retrain-bisenetv2"
-MODEL_FILE = "model.pt"
+MODEL_FILE = warm_start.MODEL_FILE
 
 
 def checkpoint_path(directory: Path, global_step: int) -> Path:
@@ -82,7 +85,11 @@ def save_checkpoint(document: dict[str, Any], directory: Path, global_step: int,
 
 
 def load(path: Path) -> dict[str, Any]:
-    document = torch.load(path, map_location="cpu", weights_only=True)
+    return _load(path, path)
+
+
+def _load(source: Path | io.BytesIO, path: Path) -> dict[str, Any]:
+    document = torch.load(source, map_location="cpu", weights_only=True)
     if not isinstance(document, dict):
         raise TypeError(f"{path} does not hold a dictionary")
     return document
@@ -137,10 +144,9 @@ def model_document(state_dict: dict[str, torch.Tensor], *, width: float, classes
 
 
 def load_model_document(path: Path) -> dict[str, Any]:
-    """A model file written by `model_document`, checked to be one."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no model file at {path}")
-    document = load(path)
+    """A model file written by `model_document`, checked to be one; `path` may also be a
+    model.tar.gz holding it, as SageMaker packs a job's model folder."""
+    document = _load(warm_start.model_source(path), path)
     if document.get("format") != MODEL_FORMAT:
         raise ValueError(f"{path} is not a {MODEL_FORMAT} model file (format {document.get('format')!r})")
     return document
@@ -158,7 +164,6 @@ def load_weights(model: nn.Module, path: Path, width: float, classes: list[str])
     missing, unexpected = model.load_state_dict(document["state_dict"], strict=False)
     if unexpected or any(not key.startswith("aux_heads.") for key in missing):
         raise SystemExit(f"{path} does not fit BiSeNetV2: missing {missing}, unexpected {unexpected}")
-    log.info("initialised from %s", path)
 
 
 @dataclass
@@ -167,11 +172,26 @@ class RunState:
 
     epoch: int = 0
     step_in_epoch: int = 0
+    # Samples of this epoch's global order that all ranks together have trained on: the sampler
+    # position, in a unit that does not depend on the world size (see data.EpochLayout).
+    epoch_position: int = 0
+    # Optimizer steps taken over the whole run, whatever world size took them: it only grows, so
+    # the newest checkpoint is the one with the highest.
+    global_step: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     baseline: dict[str, Any] | None = None
     progress: EpochProgress = field(default_factory=EpochProgress)
     init_from: str | None = None
+    warm_start: dict[str, Any] | None = None
     resumed_from: str | None = None
+
+
+@dataclass(frozen=True)
+class StepDecision:
+    """What every rank does after an optimizer step, decided alike on all of them."""
+
+    save: bool
+    stop: bool
 
 
 class Checkpointer:
@@ -183,19 +203,22 @@ class Checkpointer:
         self.dataset_version = dataset_version
         self.last_saved = time.monotonic()
 
-    def due(self, global_step: int) -> bool:
+    def decide(self, global_step: int, *, stop_requested: bool) -> StepDecision:
+        """After every optimizer step, on every rank: save now? stop now (after saving)?
+
+        One all-reduce of two flags per step, whatever the settings: ranks that disagreed would
+        wait forever in the collectives inside save(). The clock is rank 0's alone (clocks differ
+        between hosts; the others vote no), a stop is any rank's (SIGTERM reaches the hosts at
+        different moments), so every rank stops at the same step.
+        """
         every_steps, every_seconds = (
             self.args.checkpoint_every_steps,
             self.args.checkpoint_every_seconds,
         )
-        if every_steps and global_step % every_steps == 0:
-            return True
-        if not every_seconds:
-            return False
-        # Clocks differ between hosts, so rank 0's decides: ranks that disagreed would wait
-        # forever in the collectives inside save().
-        late = time.monotonic() - self.last_saved >= every_seconds
-        return distributed.broadcast_flag(late, self.context.device)
+        late = bool(every_seconds) and self.context.is_main and time.monotonic() - self.last_saved >= every_seconds
+        late, stop = distributed.any_rank([late, stop_requested], self.context.device)
+        on_schedule = bool(every_steps) and global_step % every_steps == 0
+        return StepDecision(save=on_schedule or late or stop, stop=stop)
 
     def save(
         self,
@@ -206,13 +229,14 @@ class Checkpointer:
         optimizer: torch.optim.Optimizer,
         scheduler: torch.optim.lr_scheduler.LRScheduler,
         scaler: Any,
-    ) -> None:
+    ) -> Path | None:
+        """Every rank calls it; rank 0 writes, and alone gets the path back."""
         # Every rank's RNG state and running sums, so each resumed rank continues its own streams.
         rng_states = distributed.gather_objects(rng_state())
         progress_states = distributed.gather_objects(asdict(state.progress))
         self.last_saved = time.monotonic()
         if not self.context.is_main:
-            return
+            return None
         document = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -220,10 +244,13 @@ class Checkpointer:
             "scaler": scaler.state_dict() if scaler is not None else None,
             "epoch": state.epoch,
             "step_in_epoch": state.step_in_epoch,
+            "epoch_position": state.epoch_position,
             "global_step": global_step,
             "world_size": self.context.world_size,
+            "step_samples": self.args.batch_size * self.args.grad_accum * self.context.world_size,
             "dataset_version": self.dataset_version,
             "init_from": state.init_from,
+            "warm_start": state.warm_start,
             "history": state.history,
             "baseline": state.baseline,
             "progress": progress_states,
@@ -231,7 +258,14 @@ class Checkpointer:
         }
         directory = Path(self.args.checkpoint_dir)
         path = save_checkpoint(document, directory, global_step, self.args.keep_checkpoints)
-        log.info("checkpoint %s (epoch %d, step %d)", path.name, state.epoch + 1, state.step_in_epoch)
+        log.info(
+            "checkpoint %s (epoch %d, step %d, sample %d of the epoch)",
+            path.name,
+            state.epoch + 1,
+            state.step_in_epoch,
+            state.epoch_position,
+        )
+        return path
 
 
 def resume(
@@ -243,39 +277,91 @@ def resume(
     *,
     dataset_version: str,
     context: distributed.Context,
+    layout: EpochLayout,
 ) -> RunState:
-    """Restore a checkpoint into the objects given, on every rank; where training then stands."""
+    """Restore a checkpoint into the objects given, on every rank; where training then stands.
+
+    A checkpoint written by another world size (or batch) continues at the same sample of the
+    same epoch: the sampler re-shards the rest of the epoch over this job's ranks
+    (`data.ResumableDistributedSampler`), the learning-rate schedule is this job's, moved to the
+    same point of the run, and the running sums and RNG streams are spread over the new ranks.
+    """
     document = load(path)
     if document["dataset_version"] != dataset_version:
         raise SystemExit(
             f"{path} is a checkpoint of dataset {document['dataset_version']}, not "
             f"{dataset_version}: give every job its own checkpoint folder"
         )
-    if document["world_size"] != context.world_size:
-        # Sampler positions are per rank: another world size shards the epoch differently.
-        raise SystemExit(
-            f"{path} was written by {document['world_size']} processes, this job has "
-            f"{context.world_size}: resume with the same instance count"
-        )
+    written_by = int(document["world_size"])
+    # Checkpoints from before positions were recorded came from a job of this batch size.
+    step_samples = int(document.get("step_samples", layout.rank_batch * written_by))
+    position = int(document.get("epoch_position", document["step_in_epoch"] * step_samples))
+    same_layout = written_by == context.world_size and step_samples == layout.step_samples
     model.load_state_dict(document["model"])
     optimizer.load_state_dict(document["optimizer"])
-    scheduler.load_state_dict(document["scheduler"])
+    if same_layout:
+        scheduler.load_state_dict(document["scheduler"])
+    else:
+        # The saved schedule counted the other job's steps; this job's continues at the same point.
+        schedule.move_to(scheduler, document["epoch"] * layout.steps + layout.first_step(position))
     if scaler is not None and document["scaler"] is not None:
         scaler.load_state_dict(document["scaler"])
-    # Last, so that nothing above draws from the restored streams.
-    set_rng_state(document["rng"][context.rank])
-    log.info(
-        "resumed from %s: epoch %d, step %d",
-        path,
-        document["epoch"] + 1,
-        document["step_in_epoch"],
+    progress = (
+        EpochProgress(**document["progress"][context.rank])
+        if same_layout
+        else merge_progress(document["progress"], context.rank)
     )
+    # Last, so that nothing above draws from the restored streams. A rank the writer did not have
+    # keeps the stream it was seeded with.
+    if context.rank < len(document["rng"]):
+        set_rng_state(document["rng"][context.rank])
+    _log_resume(path, document, layout, position, written_by)
     return RunState(
         epoch=document["epoch"],
-        step_in_epoch=document["step_in_epoch"],
+        step_in_epoch=layout.first_step(position),
+        epoch_position=position,
+        global_step=document["global_step"],
         history=document["history"],
         baseline=document["baseline"],
-        progress=EpochProgress(**document["progress"][context.rank]),
+        progress=progress,
         init_from=document["init_from"],
+        warm_start=document.get("warm_start"),
         resumed_from=str(path),
+    )
+
+
+def merge_progress(saved: list[dict[str, Any]], rank: int) -> EpochProgress:
+    """This rank's share of an interrupted epoch's running sums, written by another world size.
+
+    Counts (loss, micro-batches, images) are summed over the ranks that wrote them and held by
+    rank 0 alone, so the epoch's totals survive the all-reduce at its end; times are the mean
+    rank's, held by every rank: ranks step in lock-step, so the mean is the time the epoch took.
+    """
+    ranks = [EpochProgress(**fields) for fields in saved]
+    merged: dict[str, Any] = {}
+    for item in dataclass_fields(EpochProgress):
+        values = [getattr(progress, item.name) for progress in ranks]
+        if item.name.endswith("_seconds"):
+            merged[item.name] = sum(values) / len(values)
+        else:
+            merged[item.name] = sum(values) if rank == 0 else 0
+    return EpochProgress(**merged)
+
+
+def _log_resume(path: Path, document: dict[str, Any], layout: EpochLayout, position: int, written_by: int) -> None:
+    epoch, first_step = document["epoch"] + 1, layout.first_step(position)
+    if written_by == layout.world_size and position == first_step * layout.step_samples:
+        log.info("resumed from %s: epoch %d, step %d", path, epoch, first_step)
+        return
+    log.info(
+        "resumed from %s, written by %d processes: epoch %d from sample %d of %d, the rest of it "
+        "re-sharded over %d processes (step %d of %d of this job's epoch)",
+        path,
+        written_by,
+        epoch,
+        min(position, layout.samples),
+        layout.samples,
+        layout.world_size,
+        first_step,
+        layout.steps,
     )

@@ -1,6 +1,7 @@
 """The data a run trains on: a frozen manifest, decoded and augmented in loader workers.
 
-Each sample is two whole-file reads (`decode.read_file`), a JPEG decode with the fastest decoder
+Each sample is two whole-file reads (`decode.read_file`), the bytes read checked against the
+manifest's sha256 (`checksums.py`; a pair that differs is skipped), a JPEG decode with the fastest decoder
 present (`decode.ImageDecoder`) and a PNG decode, then augmentation: random scale, crop (padded
 with ignore), flip and photometric jitter. The augmentation is *planned* before anything is
 decoded (`Augment.plan`), so only the pixels the crop needs are resampled: Pillow's
@@ -19,8 +20,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,8 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import Dataset, DistributedSampler, Sampler
+from torch.utils.data import Dataset, Sampler
 
+from trainer.checksums import CHECKED, IMAGE_DIFFERS, LABEL_DIFFERS, ChecksumTable, verdict
 from trainer.decode import ImageDecoder, decode_label, image_size, read_file, reduction
 
 IGNORE_INDEX = 255
@@ -51,6 +54,8 @@ class Entry:
     label: str
     split: str
     image_sha256: str
+    # The digests that pin the files' bytes (lower-case hex); empty where the line has none.
+    label_sha256: str = ""
     # Pixels per train id (keys are ids as strings, as JSON has them); empty if not recorded.
     class_pixels: dict[str, int] = field(default_factory=dict)
 
@@ -68,7 +73,8 @@ def read_manifest(path: Path) -> list[Entry]:
                     image=str(record["image"]),
                     label=str(record["label"]),
                     split=str(record["split"]),
-                    image_sha256=str(record.get("image_sha256", "")),
+                    image_sha256=str(record.get("image_sha256", "")).lower(),
+                    label_sha256=str(record.get("label_sha256", "")).lower(),
                     class_pixels={str(k): int(v) for k, v in record.get("class_pixels", {}).items()},
                 )
             except (ValueError, KeyError, TypeError) as error:
@@ -260,6 +266,9 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
     """Manifest pairs as (uint8 image CxHxW, uint8 label HxW) tensors.
 
     Indexed by `SampleKey` (index, augmentation seed) when augmenting, by a plain index otherwise.
+    With `verify`, every pair's bytes are checked against the manifest's sha256 as they are read
+    (`checksums.py`): verdicts land in `self.checksums`, and a pair that differs is skipped (a
+    blank sample, all ignore, takes its place).
     """
 
     def __init__(
@@ -269,12 +278,16 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         augment: Augment | None = None,
         base_size: tuple[int, int] | None = None,
         decoder: ImageDecoder | None = None,
+        *,
+        verify: bool = False,
     ) -> None:
         self.root = root
         self.entries = list(entries)
         self.augment = augment
         self.base_size = base_size
         self.decoder = decoder or ImageDecoder("pillow")
+        # Made here, before any worker starts, so that every worker writes into the same pages.
+        self.checksums = ChecksumTable(len(self.entries)) if verify else None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -283,7 +296,14 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         index, seed = key if isinstance(key, tuple) else (key, 0)
         entry = self.entries[index]
         image_bytes = read_file(self.root / entry.image)
-        label = decode_label(read_file(self.root / entry.label), entry.label)
+        label_bytes = read_file(self.root / entry.label)
+        if self.checksums is not None:
+            # The bytes just read, hashed once: the pin is checked on what is decoded.
+            found = verdict(entry, image_bytes, label_bytes)
+            self.checksums.record(index, found)
+            if found != CHECKED:
+                return self._blank(entry, image_bytes, label_bytes, found)
+        label = decode_label(label_bytes, entry.label)
         source = image_size(image_bytes)
         if source != label.size:
             raise ValueError(f"{entry.image} is {source} but {entry.label} is {label.size}")
@@ -299,6 +319,30 @@ class SegmentationDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         image = self.decoder.decode_rgb(image_bytes, at_least)
         pixels, labels = to_arrays(placement, image, label)
         return torch.from_numpy(pixels), torch.from_numpy(labels)
+
+    def _blank(
+        self, entry: Entry, image_bytes: bytes, label_bytes: bytes, found: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A pair whose bytes are not the pinned ones, skipped: a black image, every label pixel
+        ignore (no loss, no gradient, no confusion count), of the size its batch needs. Neither
+        file is decoded; without a crop or base size, the size comes from a header, a matching
+        file's if there is one."""
+        if self.augment is not None:
+            width, height = self.augment.crop
+        elif self.base_size is not None:
+            width, height = self.base_size
+        else:
+            header = label_bytes if found & IMAGE_DIFFERS and not found & LABEL_DIFFERS else image_bytes
+            try:
+                width, height = image_size(header)
+            except (OSError, ValueError) as error:
+                raise ValueError(
+                    f"{entry.image} / {entry.label} differ from the manifest and their size cannot be read ({error})"
+                ) from error
+        return (
+            torch.zeros((3, height, width), dtype=torch.uint8),
+            torch.full((height, width), IGNORE_INDEX, dtype=torch.uint8),
+        )
 
 
 def _rebase(placement: Placement, source: tuple[int, int]) -> Placement:
@@ -323,36 +367,94 @@ def augmentation_seed(seed: int, epoch: int, index: int) -> int:
 
 
 class ResumableDistributedSampler(Sampler[SampleKey]):
-    """DistributedSampler's order, as (index, augmentation seed) keys, able to skip what was done.
+    """DistributedSampler's order and padding, as (index, augmentation seed) keys, resumable at any
+    sample of an epoch under any world size.
 
-    Order and padding are exactly DistributedSampler's (shuffled by seed + epoch, see
-    `set_epoch`), so a run resumed at `skip(n)` gets the very samples the interrupted one had left.
+    An epoch has one global order (shuffled by seed + epoch, see `set_epoch`), which rank r reads
+    from position r in strides of the world size, exactly as DistributedSampler does. So all ranks
+    together always have consumed a *prefix* of that order, and where an epoch stands is one
+    number, the samples consumed, that does not depend on the world size: `resume_at(position)`
+    deals the rest of the order out over this job's ranks (`deal`). Under the same world size that
+    is exactly what the interrupted run had left; under another, the rest of the epoch, each
+    sample once. The one exception is DistributedSampler's own: when the rest does not divide by
+    the world size, it is padded with the epoch's first samples (fewer than the world size), which
+    are trained twice in that epoch if they land in a full step (the loader drops a last partial
+    batch, so usually they do not).
     """
 
-    def __init__(self, dataset: SegmentationDataset, num_replicas: int, rank: int, seed: int) -> None:
+    def __init__(self, dataset: Sized, num_replicas: int, rank: int, seed: int) -> None:
         super().__init__()
-        self.sampler: DistributedSampler[int] = DistributedSampler(
-            dataset, num_replicas=num_replicas, rank=rank, shuffle=True, seed=seed
-        )
-        self.seed = seed
+        self.length = len(dataset)
+        self.num_replicas, self.rank, self.seed = num_replicas, rank, seed
         self.epoch = 0
-        self.start = 0
+        self.position = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
-        self.sampler.set_epoch(epoch)
 
-    def skip(self, samples: int) -> None:
-        """Leave out the first `samples` of this rank's next pass (that pass only)."""
-        self.start = samples
+    def resume_at(self, position: int) -> None:
+        """Leave out the first `position` samples of the epoch's global order (the next pass only)."""
+        self.position = position
+
+    def order(self) -> list[int]:
+        """The epoch's global order: DistributedSampler's shuffle, bit for bit."""
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        return torch.randperm(self.length, generator=generator).tolist()
 
     def __iter__(self) -> Iterator[SampleKey]:
-        indices = list(self.sampler)[self.start :]
-        self.start = 0
+        indices = deal(self.order(), self.position, self.num_replicas, self.rank)
+        self.position = 0
         return iter([(i, augmentation_seed(self.seed, self.epoch, i)) for i in indices])
 
     def __len__(self) -> int:
-        return len(self.sampler) - self.start
+        return EpochLayout(self.length, self.num_replicas, 1).share(self.position)
+
+
+def deal(order: Sequence[int], position: int, world_size: int, rank: int) -> list[int]:
+    """Rank `rank`'s samples of `order` from `position` on: the rest of the order, padded to a
+    multiple of the world size with the order's first samples (as DistributedSampler pads), then
+    every world-size-th from `rank`. At position 0 this is DistributedSampler's shard."""
+    rest = list(order[min(position, len(order)) :])
+    padding = -len(rest) % world_size
+    if padding:
+        rest += (list(order) * math.ceil(padding / len(order)))[:padding]
+    return rest[rank::world_size]
+
+
+@dataclass(frozen=True)
+class EpochLayout:
+    """How this job cuts an epoch into optimizer steps: the sampler's arithmetic, in steps.
+
+    A position counts samples of the epoch's global order consumed by all ranks together (what a
+    checkpoint records); each rank trains its share in whole steps (the loader drops a partial
+    last batch), so a resumed epoch runs from `first_step(position)` to `steps`.
+    """
+
+    samples: int  # in the training split
+    world_size: int
+    rank_batch: int  # samples per rank per optimizer step: batch size x gradient accumulation
+
+    @property
+    def step_samples(self) -> int:
+        """Samples per optimizer step, over all ranks."""
+        return self.rank_batch * self.world_size
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps in a whole epoch."""
+        return self.steps_left(0)
+
+    def share(self, position: int) -> int:
+        """Each rank's samples from `position` to the end of the epoch, padding included."""
+        return -(-max(0, self.samples - position) // self.world_size)
+
+    def steps_left(self, position: int) -> int:
+        return self.share(position) // self.rank_batch
+
+    def first_step(self, position: int) -> int:
+        """The step of this job's epoch that `position` counts as."""
+        return self.steps - self.steps_left(position)
 
 
 class ShardSampler(Sampler[int]):

@@ -1,15 +1,28 @@
-"""Process-group set-up from torchrun's environment, and the few collectives the trainer needs.
+"""Process-group set-up from whichever launcher started the process, and the few collectives the
+trainer needs.
 
-torchrun (SageMaker's `torch_distributed`) sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and
-MASTER_PORT for every process; without them the trainer runs as a single, non-distributed process.
-Every helper here is also correct in that single-process case, so the training loop has no
+Three ways to start (`resolve_launch` tells them apart from the environment alone):
+
+- torchrun (SageMaker's `torch_distributed`, and `retrain train`): it sets RANK, LOCAL_RANK,
+  WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT for every process.
+- mpirun (SageMaker's SMDDP launcher, `smdistributed.dataparallel`): Open MPI sets
+  OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK and _LOCAL_SIZE and nothing of torch's. The training
+  toolkit's mpirun exports no master address either, and no `sagemaker_*` hyperparameter names
+  one: the toolkit's own master is the first of the job's hosts (`SM_HOSTS`, also in
+  `SM_TRAINING_ENV`), so that is where rank 0 listens, on torch's default port unless
+  MASTER_ADDR / MASTER_PORT say otherwise.
+- neither: one process, no process group.
+
+Every helper here is also correct in the single-process case, so the training loop has no
 `if distributed` branches of its own.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,9 +30,33 @@ import torch
 import torch.distributed as dist
 
 BackendChoice = Literal["torch", "smddp"]
+Launcher = Literal["torchrun", "mpi", "single"]
 
 # The module whose import registers the "smddp" process-group backend (SageMaker images only).
 SMDDP_MODULE = "smdistributed.dataparallel.torch.torch_smddp"
+# torchrun's default --master-port; mpirun chooses none. (SMDDP's own server uses 7592.)
+DEFAULT_MASTER_PORT = 29500
+
+
+class LaunchError(RuntimeError):
+    """The environment names a launcher, but not enough to join its process group."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """The process-group backend asked for cannot run here."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Who started this process, and where it stands in the job."""
+
+    launcher: Launcher
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    master_addr: str | None = None
+    master_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -30,40 +67,139 @@ class Context:
     local_world_size: int
     device: torch.device
     backend: str
+    launcher: Launcher = "single"
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
 
-def setup(choice: BackendChoice) -> Context:
-    """Join the process group torchrun describes (if any) on the right device and backend."""
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", str(world_size)))
+def resolve_launch(environ: Mapping[str, str]) -> Launch:
+    """torchrun's variables, else Open MPI's, else a single process."""
+    if "WORLD_SIZE" in environ:
+        return _torchrun(environ)
+    if "OMPI_COMM_WORLD_SIZE" in environ:
+        return _mpi(environ)
+    return Launch("single")
+
+
+def _torchrun(environ: Mapping[str, str]) -> Launch:
+    world_size = _number(environ, "WORLD_SIZE")
+    if "RANK" not in environ:
+        raise LaunchError(f"WORLD_SIZE={world_size} but no RANK: start the trainer with torchrun (or unset WORLD_SIZE)")
+    return _checked(
+        Launch(
+            "torchrun",
+            rank=_number(environ, "RANK"),
+            local_rank=_number(environ, "LOCAL_RANK", 0),
+            world_size=world_size,
+            local_world_size=_number(environ, "LOCAL_WORLD_SIZE", world_size),
+            master_addr=environ.get("MASTER_ADDR"),
+            master_port=_number(environ, "MASTER_PORT") if "MASTER_PORT" in environ else None,
+        )
+    )
+
+
+def _mpi(environ: Mapping[str, str]) -> Launch:
+    world_size = _number(environ, "OMPI_COMM_WORLD_SIZE")
+    local_world_size = _number(environ, "OMPI_COMM_WORLD_LOCAL_SIZE", world_size)
+    return _checked(
+        Launch(
+            "mpi",
+            rank=_number(environ, "OMPI_COMM_WORLD_RANK"),
+            local_rank=_number(environ, "OMPI_COMM_WORLD_LOCAL_RANK", 0),
+            world_size=world_size,
+            local_world_size=local_world_size,
+            master_addr=_mpi_master(environ, single_host=local_world_size == world_size),
+            master_port=_number(environ, "MASTER_PORT", DEFAULT_MASTER_PORT),
+        )
+    )
+
+
+def _mpi_master(environ: Mapping[str, str], *, single_host: bool) -> str:
+    """MASTER_ADDR, else the job's first host (SageMaker's master), else this host if it is all."""
+    if environ.get("MASTER_ADDR"):
+        return environ["MASTER_ADDR"]
+    hosts = _sagemaker_hosts(environ)
+    if hosts:
+        return hosts[0]
+    if single_host:
+        return "127.0.0.1"
+    raise LaunchError(
+        "mpirun started ranks on several hosts, but neither MASTER_ADDR nor SM_HOSTS (nor "
+        "SM_TRAINING_ENV's hosts) says which host rank 0 is on: export MASTER_ADDR to the ranks "
+        "(mpirun -x MASTER_ADDR=...)"
+    )
+
+
+def _sagemaker_hosts(environ: Mapping[str, str]) -> list[str]:
+    """The job's hosts in SageMaker's order (resourceconfig.json's, sorted): SM_HOSTS first."""
+    for name, key in (("SM_HOSTS", None), ("SM_TRAINING_ENV", "hosts")):
+        try:
+            value = json.loads(environ.get(name) or "null")
+        except ValueError as error:
+            raise LaunchError(f"{name} is not JSON ({error}): it should be what SageMaker set") from error
+        hosts = value.get(key) if key is not None and isinstance(value, dict) else value
+        if isinstance(hosts, list) and hosts and all(isinstance(host, str) for host in hosts):
+            return hosts
+    return []
+
+
+def _number(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
+    if name not in environ and default is not None:
+        return default
+    try:
+        return int(environ[name])
+    except (KeyError, ValueError):
+        raise LaunchError(f"{name}={environ.get(name)!r} is not a whole number") from None
+
+
+def _checked(launch: Launch) -> Launch:
+    if not (0 <= launch.rank < launch.world_size and 0 <= launch.local_rank < launch.local_world_size):
+        raise LaunchError(
+            f"{launch.launcher}: rank {launch.rank} of {launch.world_size}, local rank "
+            f"{launch.local_rank} of {launch.local_world_size} is not a place in a job"
+        )
+    return launch
+
+
+def setup(choice: BackendChoice, environ: Mapping[str, str] | None = None) -> Context:
+    """Join the process group the launcher describes (if any) on the right device and backend."""
+    launch = resolve_launch(os.environ if environ is None else environ)
     cuda = torch.cuda.is_available()
     if cuda:
         # One GPU per process; NCCL (and all_gather_object) use the *current* device.
-        device = torch.device("cuda", local_rank)
+        device = torch.device("cuda", launch.local_rank)
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
 
     backend = _smddp_backend(cuda) if choice == "smddp" else ("nccl" if cuda else "gloo")
-    if "WORLD_SIZE" in os.environ and not dist.is_initialized():
-        # env:// rendezvous: torchrun already put MASTER_ADDR/MASTER_PORT/RANK in the environment.
-        dist.init_process_group(backend=backend)
-    return Context(rank, local_rank, world_size, local_world_size, device, backend)
+    if launch.launcher != "single" and not dist.is_initialized():
+        # env:// rendezvous at rank 0's address; torchrun exported it already, mpirun did not.
+        if launch.master_addr is not None:
+            os.environ.setdefault("MASTER_ADDR", launch.master_addr)
+        if launch.master_port is not None:
+            os.environ.setdefault("MASTER_PORT", str(launch.master_port))
+        dist.init_process_group(backend=backend, rank=launch.rank, world_size=launch.world_size)
+    return Context(
+        launch.rank,
+        launch.local_rank,
+        launch.world_size,
+        launch.local_world_size,
+        device,
+        backend,
+        launch.launcher,
+    )
 
 
 def _smddp_backend(cuda: bool) -> str:
     if not cuda:
-        raise RuntimeError("--backend smddp needs GPUs; on CPU use --backend torch (gloo)")
+        raise BackendUnavailableError("--backend smddp needs GPUs; on CPU use --backend torch (gloo)")
     try:
         importlib.import_module(SMDDP_MODULE)
     except ImportError as error:
-        raise RuntimeError(
+        raise BackendUnavailableError(
             "--backend smddp needs the SageMaker distributed data parallel library "
             f"({SMDDP_MODULE}), which ships only in AWS's PyTorch training images for "
             "ml.p4d/ml.p4de/ml.p5 instances; use --backend torch (NCCL) elsewhere"
@@ -98,6 +234,16 @@ def broadcast_flag(flag: bool, device: torch.device, source: int = 0) -> bool:
     tensor = torch.tensor([int(flag)], device=device)
     dist.broadcast(tensor, src=source)
     return bool(tensor.item())
+
+
+def any_rank(flags: Sequence[bool], device: torch.device) -> list[bool]:
+    """Each flag, true on every rank if it is true on any: one all-reduce (MAX) of a few integers,
+    cheap enough for every step (a few microseconds on NCCL, well under a millisecond on gloo)."""
+    if not is_distributed():
+        return list(flags)
+    tensor = torch.tensor([int(flag) for flag in flags], dtype=torch.int32, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return [bool(value) for value in tensor.tolist()]
 
 
 def gather_objects(value: Any) -> list[Any]:

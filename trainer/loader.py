@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 from typing import Any
 
 import torch
@@ -52,9 +53,16 @@ def default_prefetch_factor(workers: int) -> int:
 
 
 def worker_init(worker_id: int) -> None:
-    """Every worker runs single-threaded: its parallelism is being one of many workers."""
+    """Every worker runs single-threaded: its parallelism is being one of many workers.
+
+    It also ignores SIGTERM and SIGINT, which torchrun sends to the whole process group: the
+    training process finishes its step and checkpoints first (`stopping.py`), then shuts its
+    workers down; a worker that died on the signal would fail that step instead.
+    """
     del worker_id
     torch.set_num_threads(1)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def make_loader(

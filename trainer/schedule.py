@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
+
 
 @dataclass
 class WarmupPoly:
@@ -35,3 +37,19 @@ class WarmupPoly:
 def default_warmup(total_steps: int) -> int:
     """5 % of the run, at most 1000 steps (the usual recipe's warm-up)."""
     return min(1000, total_steps // 20)
+
+
+def move_to(scheduler: LRScheduler, step: int) -> None:
+    """Put this job's LambdaLR at `step` of its own schedule, as if it had stepped there.
+
+    For a resume under another world size or batch: the saved scheduler counted the other job's
+    steps (and carries its total); this job's schedule continues from the same point of the run.
+    """
+    if not isinstance(scheduler, LambdaLR):
+        raise TypeError(f"expected a LambdaLR, got {type(scheduler).__name__}")
+    rates = [base * factor(step) for base, factor in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
+    for group, rate in zip(scheduler.optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    scheduler.last_epoch = step
+    # What get_last_lr() reports; step() would have set it.
+    scheduler._last_lr = rates

@@ -59,9 +59,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from trainer import build, checkpoint, distributed, lineage, metrics, precision, timing
+from trainer import build, checkpoint, checksums, distributed, lineage, metrics, precision, stopping, timing
 from trainer.checkpoint import Checkpointer, RunState
-from trainer.data import DEFAULT_JITTER, class_weights, to_device
+from trainer.data import DEFAULT_JITTER, EpochLayout, class_weights, to_device
 from trainer.decode import DECODERS
 from trainer.metrics import IGNORE_INDEX, ConfusionMatrix, EpochProgress, metric_line, per_class
 from trainer.model import BiSeNetV2
@@ -101,7 +101,24 @@ def _flag(group: argparse._ArgumentGroup, name: str, default: bool, description:
     )
 
 
-def get_args_parser() -> argparse.ArgumentParser:
+def _checksum_flags(group: argparse._ArgumentGroup) -> None:
+    """The manifest's pins (`checksums.py`): checked by default, any file that differs fails."""
+    _flag(
+        group,
+        "--verify-checksums",
+        True,
+        "check every file read against the manifest's sha256 (false: for manifests without them)",
+    )
+    group.add_argument(
+        "--max-checksum-mismatch-fraction",
+        type=float,
+        default=0.0,
+        help="fail the run when more than this fraction of a split's pairs differ from the manifest "
+        "(0: any does); pairs that differ are skipped either way",
+    )
+
+
+def get_args_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one statement per flag)
     env = os.environ.get
     parser = argparse.ArgumentParser(description="Train BiSeNetV2 on a frozen dataset version.")
 
@@ -135,7 +152,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     io.add_argument(
         "--init-from",
         default=None,
-        help="model.pt to start from (default: $SM_CHANNEL_MODEL/model.pt if present)",
+        help="model.pt, or a model.tar.gz as SageMaker writes it, to start from (default: the "
+        "model.pt or model.tar.gz in $SM_CHANNEL_MODEL, if any)",
     )
     _flag(io, "--from-scratch", False, "start from random weights, ignoring any --init-from")
     io.add_argument(
@@ -149,6 +167,7 @@ def get_args_parser() -> argparse.ArgumentParser:
         default=CITYSCAPES_CLASSES,
         help="comma-separated class names; a name's position is its train id",
     )
+    _checksum_flags(io)
 
     opt = parser.add_argument_group("model and optimisation")
     opt.add_argument(
@@ -297,7 +316,8 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
     classes = [name.strip() for name in args.classes.split(",")]
     train_set, val_set = build.datasets(args, manifest)
     train_sampler, train_loader, val_loader = build.loaders(args, context, train_set, val_set)
-    steps_per_epoch = len(train_sampler) // (args.batch_size * args.grad_accum)
+    layout = EpochLayout(len(train_set), context.world_size, args.batch_size * args.grad_accum)
+    steps_per_epoch = layout.steps
     if steps_per_epoch < 1:
         raise SystemExit(
             f"{len(train_sampler)} training images per process cannot fill one step of "
@@ -305,7 +325,10 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
         )
 
     # --- model and optimisation ---
-    state = RunState(init_from=build.init_from(args))
+    start = build.warm_start_of(args)
+    # Said whichever way it goes: a run that silently started from scratch looks like a bad run.
+    log.info("%s", start.describe())
+    state = RunState(init_from=str(start.path) if start.path else None, warm_start=start.lineage())
     bare_model, model, channels_last = build.models(args, context, classes, state.init_from)
     # Wraps DDP's own all-reduce, so gradients are averaged exactly as without it.
     comm_timer = timing.attach_timer(model, device) if args.time_communication else None
@@ -328,6 +351,7 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
             scaler,
             dataset_version=dataset_version,
             context=context,
+            layout=layout,
         )
 
     baseline_path = build.baseline_model(args)
@@ -347,6 +371,7 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
         "train_images": len(train_set),
         "val_images": len(val_set),
         "init_from": state.init_from,
+        "warm_start": state.warm_start,
         "resumed_from": state.resumed_from,
         "loader": {
             "decoder": train_set.decoder.name,
@@ -355,6 +380,8 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
             "pin_memory": train_loader.pin_memory,
         },
     }
+    if not args.verify_checksums:
+        lineage_info["checksums"] = checksums.disabled_report(args.max_checksum_mismatch_fraction)
     # metrics.json goes to the output folder and beside the model.
     metrics_folders = (args.output_data_dir, args.model_dir)
     saver = Checkpointer(args, context, dataset_version)
@@ -373,10 +400,18 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
         sum(p.numel() for p in bare_model.parameters()),
     )
 
+    # Where this epoch began, in samples of its global order and in this job's steps: a resumed
+    # epoch starts part-way (under another world size, at a position no step of ours reached).
+    epoch_start = {"position": 0, "step": 0}
+    stop = stopping.StopRequest().install()
+
     def on_step(step_in_epoch: int, global_step: int, progress: EpochProgress) -> None:
-        """After every optimizer step: a checkpoint if one is due, and the test hook's stop."""
-        if saver.due(global_step):
-            state.step_in_epoch, state.progress = step_in_epoch, progress
+        """After every optimizer step: a checkpoint if one is due or a stop was asked for (then
+        leave, on every rank at this same step), and the test hook's kill."""
+        decision = saver.decide(global_step, stop_requested=stop.requested)
+        if decision.save:
+            state.step_in_epoch, state.progress, state.global_step = step_in_epoch, progress, global_step
+            state.epoch_position = epoch_start["position"] + (step_in_epoch - epoch_start["step"]) * layout.step_samples
             saver.save(
                 state,
                 global_step,
@@ -385,6 +420,8 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
                 scheduler=scheduler,
                 scaler=scaler,
             )
+        if decision.stop:
+            raise stopping.Interrupted(global_step, stop.name)
         if args.stop_after_steps and global_step >= args.stop_after_steps:
             # Die as a reclaimed spot instance does: at once, with no cleanup and no final save.
             log.warning("killing this process after %d steps (--stop-after-steps)", global_step)
@@ -411,19 +448,35 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
     )
 
     # --- train ---
-    global_step = state.epoch * steps_per_epoch + state.step_in_epoch
+    global_step = state.global_step
     for epoch in range(state.epoch, args.epochs):
         epoch_started = time.perf_counter()
         # Without set_epoch every epoch would shuffle into the same order.
         train_sampler.set_epoch(epoch)
-        first_step = state.step_in_epoch if epoch == state.epoch else 0
-        # Resuming mid-epoch: skip exactly the samples the interrupted run had consumed.
-        train_sampler.skip(first_step * args.batch_size * args.grad_accum)
-        progress = state.progress if first_step else EpochProgress()
+        # Resuming mid-epoch: the samples all ranks had consumed are left out, the rest of the
+        # epoch is dealt over this job's ranks (re-sharded, if the world size changed).
+        position = state.epoch_position if epoch == state.epoch else 0
+        train_sampler.resume_at(position)
+        first_step = layout.first_step(position)
+        epoch_start.update(position=position, step=first_step)
+        progress = state.progress if position else EpochProgress()
         # Training time spent in this epoch before an interruption, so epoch_seconds is whole.
         seconds_before = progress.train_seconds
 
-        global_step = train_one_epoch(run, epoch, first_step=first_step, global_step=global_step, progress=progress)
+        try:
+            global_step = train_one_epoch(run, epoch, first_step=first_step, global_step=global_step, progress=progress)
+        except stopping.Interrupted as stopped:
+            # Every rank is here, after the same step; rank 0 may still be writing the checkpoint.
+            distributed.barrier()
+            log.warning(
+                "%s: checkpointed after step %d (epoch %d) and stopping; the job resumes from %s",
+                stopped,
+                stopped.global_step,
+                epoch + 1,
+                args.checkpoint_dir,
+            )
+            logging.shutdown()
+            raise SystemExit(stopping.EXIT_CODE) from None
         totals = metrics.reduce_progress(progress, device, context.world_size)
         # Every rank learnt the same verdict in the same step (a broadcast from rank 0).
         stopped_by = profiler.stopped_by
@@ -442,13 +495,23 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
             record = metrics.epoch_record(epoch, totals, optimizer, confusion, classes=classes, steps=steps_per_epoch)
             record["epoch_seconds"] = round(time.perf_counter() - epoch_started + seconds_before, 3)
             state.history.append(record)
+            # Every rank: the files read so far against the manifest's pins, ORed over the ranks.
+            pins = checksums.collect_splits(
+                {"train": train_set, "val": val_set}, device, args.max_checksum_mismatch_fraction
+            )
+            if pins is not None:
+                lineage_info["checksums"] = pins.report()
             if context.is_main:
                 print(metrics.epoch_metric_line(record), flush=True)
                 if stopped_by:
                     lineage_info["stopped_by_rule"] = stopped_by
                 metrics.write_metrics(metrics_folders, lineage_info, state, complete=False)
+            if pins is not None:
+                # Above the tolerance, every rank fails here, once metrics.json names the files.
+                checksums.enforce(pins, is_main=context.is_main)
         # An epoch-end checkpoint too: a restart never redoes a finished epoch or its evaluation.
         state.epoch, state.step_in_epoch, state.progress = epoch + 1, 0, EpochProgress()
+        state.epoch_position, state.global_step = 0, global_step
         saver.save(
             state,
             global_step,
@@ -616,7 +679,9 @@ class SegmentationLoss(nn.Module):
         loss = self._cross_entropy(outputs[0], labels)
         for aux in outputs[1:]:
             loss = loss + self.aux_weight * self._cross_entropy(aux, labels)
-        return loss
+        # A batch without one labelled pixel (all skipped pairs, say) has a mean over nothing,
+        # NaN: it counts 0 instead, and its gradient is 0 (no sync: the choice stays on the device).
+        return torch.where((labels != IGNORE_INDEX).any(), loss, torch.zeros_like(loss))
 
     def _cross_entropy(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(logits.float(), labels, weight=self.class_weights, ignore_index=IGNORE_INDEX)

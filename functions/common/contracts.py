@@ -161,6 +161,58 @@ class HostInfo(BaseModel):
     training_job: str | None = None
 
 
+class ChecksumMismatch(BaseModel):
+    """A file the trainer read whose bytes are not the ones the manifest pins."""
+
+    model_config = ConfigDict(extra="allow")
+
+    path: str = Field(min_length=1)
+    expected_sha256: str
+
+
+class SplitChecksums(BaseModel):
+    """One split's pairs checked against the manifest's sha256, over every rank, so far."""
+
+    model_config = ConfigDict(extra="allow")
+
+    pairs: int = Field(ge=0)
+    # Distinct pairs read and hashed (a train pair is read every epoch; val pairs when evaluated).
+    checked: int = Field(ge=0)
+    # Distinct pairs with a file that differs: skipped, never trained or evaluated on.
+    mismatched: int = Field(ge=0)
+    # mismatched / pairs: what --max-checksum-mismatch-fraction bounds.
+    fraction: float = Field(ge=0.0, le=1.0)
+    # The first few files that differ.
+    files: list[ChecksumMismatch] = Field(default_factory=list)
+
+
+class ChecksumReport(BaseModel):
+    """Whether what the trainer read is what the dataset version pins (`trainer/checksums.py`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    # False: the run did not check (--verify-checksums false); there are no split counts then.
+    enabled: bool
+    max_mismatch_fraction: float = Field(ge=0.0, le=1.0)
+    train: SplitChecksums | None = None
+    val: SplitChecksums | None = None
+    # A split's fraction exceeded the maximum: the run stopped there.
+    failed: bool = False
+
+
+class WarmStartInfo(BaseModel):
+    """Where a run's weights started (`trainer/warm_start.py`): a model file, or scratch and why."""
+
+    model_config = ConfigDict(extra="allow")
+
+    # "--init-from", "model channel", or why not: "--from-scratch", "no model channel", ...
+    origin: str = Field(min_length=1)
+    reason: str
+    path: str | None = None
+    kind: Literal["pt", "tar.gz"] | None = None
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+
 class MetricsFile(BaseModel):
     """`metrics.json`: the lineage and results of one training run, rewritten every epoch."""
 
@@ -177,12 +229,16 @@ class MetricsFile(BaseModel):
     train_images: int = Field(ge=0)
     val_images: int = Field(ge=0)
     init_from: str | None = None
+    # Optional: trainers before model.tar.gz warm starts did not write it.
+    warm_start: WarmStartInfo | None = None
     resumed_from: str | None = None
     loader: LoaderInfo | None = None
     epochs: list[EpochMetrics]
     miou: float | None = Field(default=None, ge=0.0, le=1.0)
     per_class_iou: dict[str, float | None] = Field(default_factory=dict)
     baseline: BaselineMetrics | None = None
+    # Optional: trainers before the manifest's pins were checked did not write it.
+    checksums: ChecksumReport | None = None
     complete: bool = False
 
 

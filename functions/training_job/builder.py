@@ -143,6 +143,10 @@ def build_training_job_request(config: JobConfig, run: TrainingRun) -> dict[str,
         ),
         "StoppingCondition": _stopping_condition(config),
         "Environment": {
+            # torchrun gives its workers 30 s after a SIGTERM (a stop, a spot reclaim) before it
+            # kills them; SageMaker allows 120 s: the trainer's checkpoint-and-exit gets 100.
+            # Kept in step with trainer/stopping.py's SHUTDOWN_TIMEOUT_SECONDS (a test checks).
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "100",
             **config.environment,
             # The trainer records the image in metrics.json's lineage.
             "TRAINING_IMAGE_URI": image,

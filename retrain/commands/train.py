@@ -219,8 +219,14 @@ def command(
     console.print(" ".join(argv[1:]), style="dim", soft_wrap=True)
 
     started = time.perf_counter()
-    returncode = _stream(argv, trainer_environment(out, data_dir), out / "logs" / "train.log", epochs)
+    returncode, stopped = _stream(argv, trainer_environment(out, data_dir), out / "logs" / "train.log", epochs)
     seconds = time.perf_counter() - started
+    if returncode != 0 and stopped:
+        console.print(
+            f"[yellow]training stopped[/] with a checkpoint in {out / 'checkpoints'}; the same command with "
+            f"--resume continues from it; log: {out / 'logs' / 'train.log'}"
+        )
+        raise typer.Exit(returncode)
     if returncode != 0:
         console.print(f"[red]training failed[/] (exit {returncode}); log: {out / 'logs' / 'train.log'}")
         raise typer.Exit(returncode)
@@ -292,8 +298,13 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _stream(argv: list[str], env: dict[str, str], log_path: Path, epochs: int) -> int:
-    """Run the trainer, tee its output to the log, show METRIC lines and an epoch progress bar."""
+def _stream(argv: list[str], env: dict[str, str], log_path: Path, epochs: int) -> tuple[int, bool]:
+    """Run the trainer, tee its output to the log, show METRIC lines and an epoch progress bar.
+
+    Ctrl-C reaches torchrun too, which forwards it to the trainer: that finishes its step, writes a
+    checkpoint and exits (`trainer/stopping.py`), and its last lines are still shown. Returns the
+    exit code, and whether the run was stopped so."""
+    stopped = False
     console = Console()
     with (
         log_path.open("w", encoding="utf-8") as log,
@@ -316,17 +327,26 @@ def _stream(argv: list[str], env: dict[str, str], log_path: Path, epochs: int) -
             bufsize=1,
         )
         assert process.stdout is not None
-        for line in process.stdout:
-            log.write(line)
-            log.flush()
-            text = line.rstrip("\n")
-            if "METRIC " in text:
-                progress.console.print(text, style="bold green", highlight=False, soft_wrap=True)
-                if " epoch=" in text:
-                    progress.advance(task)
-            elif text:
-                progress.console.print(text, style="dim", highlight=False, markup=False, soft_wrap=True)
-        return process.wait()
+        while True:
+            try:
+                for line in process.stdout:
+                    log.write(line)
+                    log.flush()
+                    text = line.rstrip("\n")
+                    if "METRIC " in text:
+                        progress.console.print(text, style="bold green", highlight=False, soft_wrap=True)
+                        if " epoch=" in text:
+                            progress.advance(task)
+                    elif text:
+                        progress.console.print(text, style="dim", highlight=False, markup=False, soft_wrap=True)
+                return process.wait(), stopped
+            except KeyboardInterrupt:
+                if stopped:
+                    # A second Ctrl-C: do not wait for the checkpoint.
+                    process.kill()
+                    raise
+                stopped = True
+                progress.console.print("stopping: the trainer finishes its step and checkpoints (Ctrl-C again to kill)")
 
 
 def _summary(console: Console, out: Path, seconds: float) -> None:

@@ -10,7 +10,7 @@ import torch
 
 from functions.common.taxonomy import CITYSCAPES_CLASSES
 from trainer import checkpoint
-from trainer.build import init_from
+from trainer.build import warm_start_of
 from trainer.model import BiSeNetV2
 from trainer.train import CITYSCAPES_CLASSES as TRAINER_CLASSES
 from trainer.train import get_args_parser, str2bool
@@ -61,14 +61,19 @@ def test_training_starts_from_the_accepted_model_in_the_model_channel(
 ) -> None:
     parser = get_args_parser()
     monkeypatch.setenv("SM_CHANNEL_MODEL", str(tmp_path))
-    assert init_from(parser.parse_args([])) is None, "no model.pt in the channel: from scratch"
+    start = warm_start_of(parser.parse_args([]))
+    assert start.path is None and start.origin == "model channel empty", "no model in the channel: from scratch"
 
     model = BiSeNetV2(19, width=0.25)
     document = checkpoint.model_document(model.state_dict(), width=0.25, classes=list(CITYSCAPES_CLASSES))
     checkpoint.save_atomically(document, tmp_path / "model.pt")
-    assert init_from(parser.parse_args([])) == str(tmp_path / "model.pt")
-    assert init_from(parser.parse_args(["--from-scratch", "true"])) is None
-    assert init_from(parser.parse_args(["--init-from", "/elsewhere/model.pt"])) == ("/elsewhere/model.pt")
+    assert warm_start_of(parser.parse_args([])).path == tmp_path / "model.pt"
+    assert warm_start_of(parser.parse_args(["--from-scratch", "true"])).path is None
+    elsewhere = tmp_path / "elsewhere.pt"
+    elsewhere.write_bytes((tmp_path / "model.pt").read_bytes())
+    assert warm_start_of(parser.parse_args(["--init-from", str(elsewhere)])).path == elsewhere
+    with pytest.raises(SystemExit, match="no such file"):
+        warm_start_of(parser.parse_args(["--init-from", str(tmp_path / "missing.pt")]))
     loaded = checkpoint.load_model_document(tmp_path / "model.pt")
     assert not any(key.startswith("aux_heads.") for key in loaded["state_dict"]), (
         "the model file must not carry the training-only booster heads"

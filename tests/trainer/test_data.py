@@ -17,6 +17,7 @@ from retrain.synth import default_version, write_scenes
 from trainer.data import (
     IGNORE_INDEX,
     Augment,
+    EpochLayout,
     ResumableDistributedSampler,
     SegmentationDataset,
     ShardSampler,
@@ -101,15 +102,55 @@ def test_resuming_the_sampler_yields_exactly_what_the_interrupted_epoch_had_left
     sampler.set_epoch(3)
     full = list(sampler)
     sampler.set_epoch(3)
-    sampler.skip(4)
-    assert list(sampler) == full[4:], "skip(4) must resume at the fifth sample of the epoch"
-    assert len(list(sampler)) == len(full), "skipping applies to one pass only"
+    # 4 samples of rank 1's shard done: 8 of the epoch's global order, over both ranks.
+    sampler.resume_at(8)
+    assert list(sampler) == full[4:], "resume_at(8) must resume at rank 1's fifth sample of the epoch"
+    assert len(list(sampler)) == len(full), "resuming applies to one pass only"
 
     reference: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=5)
     reference.set_epoch(3)
     assert [index for index, _ in full] == list(reference), "order must be DistributedSampler's"
     sampler.set_epoch(4)
     assert [i for i, _ in sampler] != [i for i, _ in full], "set_epoch must reshuffle"
+
+
+@pytest.mark.parametrize(("written_by", "resumed_on", "position"), [(2, 1, 24), (1, 2, 12), (4, 3, 16), (2, 4, 10)])
+def test_an_epoch_resumed_on_another_world_size_trains_each_remaining_sample_once(
+    written_by: int, resumed_on: int, position: int
+) -> None:
+    samples = list(range(48))
+    before = [ResumableDistributedSampler(samples, written_by, rank, seed=7) for rank in range(written_by)]
+    done: list[int] = []
+    for sampler in before:
+        sampler.set_epoch(2)
+        # Each writer rank's first position / written_by samples: together, the order's prefix.
+        done += [index for index, _ in list(sampler)[: position // written_by]]
+    after = [ResumableDistributedSampler(samples, resumed_on, rank, seed=7) for rank in range(resumed_on)]
+    rest: list[int] = []
+    for sampler in after:
+        sampler.set_epoch(2)
+        sampler.resume_at(position)
+        expected = len(sampler)
+        keys = list(sampler)
+        assert len(keys) == expected, "len() must say what the pass yields"
+        rest += [index for index, _ in keys]
+
+    assert set(done) | set(rest) == set(samples), "the two jobs must cover the epoch"
+    repeats = len(done) + len(rest) - len(samples)
+    assert 0 <= repeats < resumed_on, "only DistributedSampler's padding (under a world size) may repeat"
+    assert len(set(done + rest)) == len(samples) and len(done) == len(set(done))
+    order = after[0].order()
+    assert sorted(done) == sorted(order[:position]), "a position is a prefix of the epoch's global order"
+
+
+def test_the_epoch_layout_counts_a_resumed_epoch_in_this_jobs_steps() -> None:
+    layout = EpochLayout(samples=48, world_size=1, rank_batch=8)
+    assert (layout.steps, layout.step_samples) == (6, 8)
+    # Written by 2 ranks x 4 after 3 steps (24 samples): this job has 3 steps of 8 left.
+    assert (layout.first_step(24), layout.steps_left(24)) == (3, 3)
+    # A position no step of ours reached: the partial step is trained, as the rest of the epoch.
+    assert (layout.first_step(20), layout.steps_left(20)) == (3, 3)
+    assert layout.steps_left(48) == 0
 
 
 @pytest.mark.parametrize(("length", "world"), [(10, 3), (7, 2), (2, 4)])

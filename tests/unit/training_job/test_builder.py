@@ -24,6 +24,7 @@ from functions.training_job.builder import (
 )
 from functions.training_job.errors import JobConfigurationError
 from functions.training_job.validate import request_problems
+from trainer import stopping
 
 from .helpers import BUCKET, CODE_SHA256, RUN, job_config
 
@@ -181,11 +182,19 @@ def test_the_trainer_learns_its_image_and_profiling_from_the_environment() -> No
     environment = build_training_job_request(config, RUN)["Environment"]
 
     assert environment == {
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(stopping.SHUTDOWN_TIMEOUT_SECONDS),
         "NCCL_DEBUG": "WARN",
         "TRAINING_IMAGE_URI": IMAGE,
         "RETRAIN_PROFILING": "builtin",
         "RETRAIN_PROFILING_INTERVAL_MS": "1000",
     }
+
+
+def test_torchrun_waits_for_the_checkpoint_after_a_sigterm_within_sagemakers_grace() -> None:
+    # SageMaker kills the container 120 s after its SIGTERM; torchrun's default is 30 s.
+    environment = build_training_job_request(job_config(), RUN)["Environment"]
+
+    assert 30 < int(environment["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < 120
 
 
 def test_the_job_is_tagged_with_its_dataset_version_execution_and_code() -> None:

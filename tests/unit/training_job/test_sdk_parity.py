@@ -134,6 +134,7 @@ def sdk_request(config: JobConfig, run: TrainingRun) -> dict[str, Any]:
         enable_sagemaker_metrics=True,
         container_log_level=config.container_log_level,
         environment={
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "100",
             "TRAINING_IMAGE_URI": image,
             "RETRAIN_PROFILING": config.profiling,
             "RETRAIN_PROFILING_INTERVAL_MS": str(config.profiling_interval_ms),
