@@ -34,8 +34,12 @@ class DataBucket:
             request["VersionId"] = version
         try:
             response = self._s3.get_object(**request)
-        except self._s3.exceptions.NoSuchKey as error:
-            raise ObjectGoneError(f"s3://{self.name}/{key} is gone") from error
+        except ClientError as error:
+            # NoSuchVersion: that version was deleted (an erasure, or the uploader withdrew it).
+            if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "NoSuchVersion", "404"}:
+                where = f"s3://{self.name}/{key}" + (f" version {version}" if version else "")
+                raise ObjectGoneError(f"{where} is gone") from error
+            raise
         return response["Body"].read(), response.get("VersionId")
 
     def current_version(self, key: str) -> str | None:
@@ -60,9 +64,19 @@ class DataBucket:
         )
         return response.get("VersionId")
 
-    def remove(self, key: str) -> None:
-        """Remove from the landing zone (a delete marker: the version itself stays until purged)."""
-        self._s3.delete_object(Bucket=self.name, Key=key)
+    def remove(self, key: str, version: str | None) -> None:
+        """Remove one version from the landing zone, once its copy is confirmed.
+
+        By VersionId, never by key: a key-level delete puts a delete marker over the key's
+        *latest* version, which after a quick re-upload is a newer version nobody has copied yet
+        (it would be hidden from the landing zone, and a lookup of the key's current version would
+        find nothing). Deleting the version itself touches no other version. An unversioned
+        bucket ("null") has one object per key: that is what is deleted.
+        """
+        if version and version != "null":
+            self._s3.delete_object(Bucket=self.name, Key=key, VersionId=version)
+        else:
+            self._s3.delete_object(Bucket=self.name, Key=key)
 
     def put_json(self, key: str, document: Any) -> None:
         body = json.dumps(document, indent=2, ensure_ascii=False, default=str)

@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import wiring
 from functions.common import observability
+from functions.common.errors import ObjectGoneError
 from functions.common.models import S3ObjectEvent
 from functions.common.settings import IntakeSettings, load_settings
 from functions.intake.logic import IDEMPOTENCY_KEY_PREFIX, OBJECT_VERSION_KEY, Intake
@@ -30,6 +31,7 @@ logger, tracer, metrics = observability.for_function()
 settings = load_settings(IntakeSettings)  # at cold start: a deployment mistake fails every call
 processor = BatchProcessor(event_type=EventType.SQS)
 idempotency = IdempotencyConfig(event_key_jmespath=OBJECT_VERSION_KEY)
+GONE = "gone"
 
 
 @idempotent_function(  # type: ignore[untyped-decorator]
@@ -39,7 +41,14 @@ idempotency = IdempotencyConfig(event_key_jmespath=OBJECT_VERSION_KEY)
     key_prefix=IDEMPOTENCY_KEY_PREFIX,
 )
 def process_object(*, obj: dict[str, Any], intake: Intake) -> str:
-    status = intake.process(S3ObjectEvent.model_validate(obj))
+    try:
+        status = intake.process(S3ObjectEvent.model_validate(obj))
+    except ObjectGoneError as gone:
+        # Deleted before we got to it (erased, or withdrawn by its uploader): there is nothing to
+        # keep, and a retry would fail the same way until the message reached the DLQ.
+        logger.warning("object version gone before it was processed", extra={"key": obj["key"], "reason": str(gone)})
+        metrics.add_metric(name="ObjectsGone", unit="Count", value=1)
+        return GONE
     logger.info("object processed", extra={"key": obj["key"], "status": status.value})
     metrics.add_metric(name=f"Objects{status.value.capitalize()}", unit="Count", value=1)
     return status.value

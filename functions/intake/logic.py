@@ -217,7 +217,15 @@ class Intake:
             # The same name uploaded again: the newer version replaces the older one, and the
             # pair is new data again for the next dataset version.
             self._record(batch, previous.key, previous.version, FileStatus.SUPERSEDED, role=role)
+            # A version still waiting for its partner is still in the landing zone: with the newer
+            # one removed by VersionId once copied, it would become the key's latest again and
+            # look like a fresh upload. Deleting a version that was already copied or quarantined
+            # (and so removed) is a no-op for S3.
+            self.bucket.remove(previous.key, previous.version)
             update["dataset_version"] = None
+            # The curated copy was the older version's: this side is to be curated again.
+            update[f"{role.value}_destination"] = None
+            update[f"{role.value}_destination_version"] = None
         pair = pair.model_copy(update=update)
         whole = pair.image is not None and pair.label is not None
         if whole:
@@ -258,6 +266,10 @@ class Intake:
         for role, side in ((Role.IMAGE, pair.image), (Role.LABEL, pair.label)):
             if side != arrived and side.check.reasons:
                 continue  # quarantined when it arrived, broken on its own
+            if _curated(pair, role):
+                # Curated with its earlier partner (which the new upload superseded): that version's
+                # fate is sealed, and its landing copy is gone. Only the new upload is set aside.
+                continue
             # A file set aside because of its partner carries the pair's reasons.
             own = [r for r in result.reasons if r.key in (None, side.check.key)]
             self._quarantine(
@@ -281,9 +293,13 @@ class Intake:
         for role in (Role.IMAGE, Role.LABEL):
             side = pair.side(role)
             assert side is not None
+            if _curated(pair, role):
+                # Its partner was uploaded again: this version is already in dataset/, and its
+                # landing copy was removed then (nothing to copy, nothing to record again).
+                continue
             destination = prefixes.curated_key(pair.batch, side.check.key)
             copied = self.bucket.copy(side.key, side.version, destination)
-            self.bucket.remove(side.key)  # only now: the copy above is confirmed
+            self.bucket.remove(side.key, side.version)  # only now: the copy above is confirmed
             update[f"{role.value}_destination"] = destination
             update[f"{role.value}_destination_version"] = copied
             self._record(
@@ -324,7 +340,7 @@ class Intake:
                 "quarantined_at": self.clock().isoformat(),
             },
         )
-        self.bucket.remove(key)  # only now: the copy above is confirmed
+        self.bucket.remove(key, version)  # only now: the copy above is confirmed
         self._record(
             batch,
             key,
@@ -373,6 +389,11 @@ class _BatchScopedIndex:
 
     def claim(self, sha256: str, key: str) -> str | None:
         return self.ledger.claim(sha256, f"{self.batch}/{key}")
+
+
+def _curated(pair: PairRecord, role: Role) -> bool:
+    """This side's current version has been copied to dataset/ (a replaced side is cleared)."""
+    return (pair.image_destination if role is Role.IMAGE else pair.label_destination) is not None
 
 
 def _file_status(status: PairStatus) -> FileStatus:

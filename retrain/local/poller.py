@@ -127,6 +127,17 @@ class SqsPoller:
             failed = _reported_failures(invocation.payload, all_ids)
         else:
             failed = set()
+        if failed:
+            # As Lambda's poller is silent about it, but here nobody watches the function's logs.
+            log.warning(
+                "%s: %d of %d messages from %s failed%s; they come back after the visibility timeout "
+                "(to the dead-letter queue after maxReceiveCount)",
+                mapping.function,
+                len(failed),
+                len(messages),
+                mapping.queue_url.rsplit("/", 1)[-1],
+                f" (the handler raised {invocation.error_type})" if invocation.failed else "",
+            )
         done = [m for m in messages if m["MessageId"] not in failed]
         for start in range(0, len(done), SQS_MAX_RECEIVE):
             chunk = done[start : start + SQS_MAX_RECEIVE]

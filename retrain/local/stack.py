@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from moto import mock_aws
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from functions.common import prefixes
+from retrain.local import s3_events
 from retrain.local.clients import StackClients
 from retrain.local.emulators import EmulatorRegistry
 from retrain.local.fsx import FsxEmulator
@@ -98,6 +100,7 @@ class OfflineStack:
         self.fsx: FsxEmulator | None = None
         self.slack: SlackReceiver | None = None
         self.training: TrainingEmulator | None = None
+        self._s3_events: AbstractContextManager[None] | None = None
 
     # ------------------------------------------------------------ life cycle --
     def start(self) -> OfflineStack:
@@ -109,6 +112,9 @@ class OfflineStack:
         )
         try:
             self._start_moto()
+            # S3's notifications name the version they are about, as AWS's do.
+            self._s3_events = s3_events.aws_shaped_events()
+            self._s3_events.__enter__()
             # First: every client of boto3's default session made from now on reaches them.
             self.emulators.install()
             aws = StackClients.create(region=options.region, endpoint_url=self.endpoint_url)
@@ -189,6 +195,9 @@ class OfflineStack:
         if self.fsx is not None:
             self.fsx.stop_all()
         self.emulators.uninstall()
+        if self._s3_events is not None:
+            self._s3_events.__exit__(None, None, None)
+            self._s3_events = None
         if self._mock is not None:
             self._mock.stop()
             self._mock = None

@@ -6,6 +6,8 @@ import io
 import json
 import random
 import time
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,8 +48,16 @@ def _encode(picture: Image.Image, fmt: str) -> bytes:
     return buffer.getvalue()
 
 
-def upload(stack: OfflineStack, key: str, body: bytes) -> None:
-    stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key=key, Body=body)
+# Every (key, VersionId) a test uploaded, per stack: the intake deletes a landing version for good
+# once it is copied, so the bucket alone cannot say what was ever uploaded (as on AWS).
+_UPLOADS: weakref.WeakKeyDictionary[OfflineStack, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
+
+
+def upload(stack: OfflineStack, key: str, body: bytes) -> str:
+    """Put one object as an annotator does; its VersionId (remembered for the accounting)."""
+    version = stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key=key, Body=body)["VersionId"]
+    _UPLOADS.setdefault(stack, set()).add((key, version))
+    return version
 
 
 def upload_pair(stack: OfflineStack, batch: str, stem: str, pair: Pair, label_first: bool = False) -> None:
@@ -86,16 +96,36 @@ def status_by_key(stack: OfflineStack) -> dict[str, str]:
 
 
 def landing_versions(stack: OfflineStack) -> set[tuple[str, str]]:
-    """Every (key, version) ever uploaded under incoming/ (versions survive the delete markers)."""
+    """The (key, version) pairs under incoming/ now: uploads not yet curated or quarantined."""
     pages = stack.aws.s3.get_paginator("list_object_versions").paginate(
         Bucket=stack.ref("DataBucket"), Prefix="incoming/"
     )
     return {(v["Key"], v["VersionId"]) for page in pages for v in page.get("Versions", [])}
 
 
-def assert_every_upload_accounted_for_once(stack: OfflineStack) -> None:
+def delete_markers(stack: OfflineStack, prefix: str = "incoming/") -> list[str]:
+    pages = stack.aws.s3.get_paginator("list_object_versions").paginate(Bucket=stack.ref("DataBucket"), Prefix=prefix)
+    return sorted(m["Key"] for page in pages for m in page.get("DeleteMarkers", []))
+
+
+def uploads(stack: OfflineStack) -> set[tuple[str, str]]:
+    """Every (key, version) this test uploaded with `upload`."""
+    return set(_UPLOADS.get(stack, set()))
+
+
+def _nothing_erased(key: str) -> bool:
+    del key
+    return False
+
+
+def assert_every_upload_accounted_for_once(
+    stack: OfflineStack, erased: Callable[[str], bool] = _nothing_erased
+) -> None:
+    """Every upload has exactly one ledger record and nothing else has one; `erased` says which
+    landing keys a purge removed (their records are gone by design)."""
     recorded = fates(stack)
-    uploaded = landing_versions(stack)
+    uploaded = {(key, version) for key, version in uploads(stack) if not erased(key)}
+    assert landing_versions(stack) <= uploads(stack), "a landing version nobody uploaded"
     missing = uploaded - set(recorded)
     assert not missing, f"{len(missing)} uploads with no ledger record: {sorted(missing)[:5]}"
     unknown = set(recorded) - uploaded

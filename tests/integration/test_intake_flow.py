@@ -11,8 +11,10 @@ from retrain.local.stack import OfflineStack
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,
     bad_label,
+    delete_markers,
     drain,
     fates,
+    landing_versions,
     scene,
     status_by_key,
     upload,
@@ -113,6 +115,29 @@ def test_an_image_uploaded_again_with_new_content_supersedes_the_first(
 
     statuses = sorted(record["status"] for record in fates(data_stack).values())
     assert statuses == ["curated", "curated", "superseded"]
+    assert_every_upload_accounted_for_once(data_stack)
+
+
+def test_a_quick_reupload_of_a_curated_pair_is_neither_hidden_nor_lost(data_stack: OfflineStack) -> None:
+    bucket = data_stack.ref("DataBucket")
+    image, label = "incoming/b5/images/x.jpg", "incoming/b5/labels/x.png"
+    upload(data_stack, image, scene(11).image)
+    drain(data_stack)
+    # The label, then a corrected label seconds later: both land before the intake gets to the
+    # first, so the first one's removal from the landing zone happens after the second arrived.
+    upload(data_stack, label, scene(11).label)
+    corrected = upload(data_stack, label, scene(12).label)
+
+    drain(data_stack)
+
+    assert queue_depth(data_stack, "IntakeDeadLetterQueue") == 0
+    assert delete_markers(data_stack) == [], "a key-level delete hid a newer upload"
+    assert landing_versions(data_stack) == set(), "every landing version was copied, then removed"
+    statuses = {key_version: record["status"] for key_version, record in fates(data_stack).items()}
+    assert statuses[(label, corrected)] == "curated"
+    assert sorted(statuses.values()) == ["curated", "curated", "superseded"]
+    curated = data_stack.aws.s3.get_object(Bucket=bucket, Key="dataset/labels/b5/x.png")["Body"].read()
+    assert curated == scene(12).label, "dataset/ must hold the corrected label"
     assert_every_upload_accounted_for_once(data_stack)
 
 
