@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import itertools
 import logging
 import os
 import random
@@ -491,6 +492,8 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
                 len(classes),
                 amp_dtype=amp_dtype,
                 channels_last=channels_last,
+                profiler=profiler,
+                epoch=epoch,
             )
             record = metrics.epoch_record(epoch, totals, optimizer, confusion, classes=classes, steps=steps_per_epoch)
             record["epoch_seconds"] = round(time.perf_counter() - epoch_started + seconds_before, 3)
@@ -651,15 +654,41 @@ def evaluate(
     *,
     amp_dtype: torch.dtype | None,
     channels_last: bool,
+    profiler: Profiler | None = None,
+    epoch: int = 0,
 ) -> ConfusionMatrix:
-    """The confusion matrix over the whole val split: each rank its shard, then one all-reduce."""
+    """The confusion matrix over the whole val split: each rank its shard, then one all-reduce.
+
+    With a profiler, every batch is one EVAL step in the rank's step file (`step` counts the
+    pass's batches from 1, `epoch` is the training epoch it follows): data wait and compute, no
+    communication (the one all-reduce comes after the last batch), no loss.
+    """
     model.eval()
     confusion = ConfusionMatrix(num_classes, device)
-    for raw_images, raw_labels in data_loader:
+    batches = iter(data_loader)
+    for batch in itertools.count(1):
+        batch_started, batch_clock = time.perf_counter(), time.time()
+        try:
+            raw_images, raw_labels = next(batches)
+        except StopIteration:
+            break
+        waited = time.perf_counter() - batch_started
         images, labels = to_device(raw_images, raw_labels, device, channels_last)
         with precision.autocast(device, amp_dtype):
             logits = model(images)[0]
+        # Masked indexing waits for the device, so the batch's time below is its own.
         confusion.update(labels, logits.argmax(dim=1))
+        if profiler is not None:
+            wait, compute, _ = timing.split_step(time.perf_counter() - batch_started, waited, 0.0)
+            profiler.step(
+                step=batch,
+                epoch=epoch,
+                start=batch_clock,
+                data_wait=wait,
+                compute=compute,
+                communication=0.0,
+                phase="EVAL",
+            )
     # The shards are disjoint and cover the split: the sum counts every val pixel exactly once.
     distributed.all_reduce_sum(confusion.matrix)
     return confusion

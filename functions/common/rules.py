@@ -35,6 +35,12 @@ class RuleResult(BaseModel):
     # Debugger's rule name (`LowGPUUtilization`, `CPUBottleneck`, ...): both back ends use them.
     name: str = Field(min_length=1)
     status: RuleStatus
+    # Whether the rule could judge this run. False: it had no input here (no GPU metrics on a CPU
+    # host, one GPU for LoadBalancing, too few steps, no losses); the status then stays Debugger's
+    # NoIssuesFound, which is no pass. Files written before this field (and Debugger's results,
+    # which do not say) parse as applicable.
+    applicable: bool = True
+    not_applicable_reason: str | None = None
     # How many times the rule's condition held (Debugger's `RuleTriggered`); 0 when it never did.
     trigger_count: int = Field(default=0, ge=0)
     # Datapoints that broke the condition, and datapoints examined (Debugger's `Violations`,
@@ -58,6 +64,11 @@ class RuleResult(BaseModel):
     def pending(self) -> bool:
         return self.status in PENDING_STATUSES
 
+    @property
+    def passed(self) -> bool:
+        """NoIssuesFound on a rule that judged: a pass (a rule with nothing to judge is none)."""
+        return self.status == "NoIssuesFound" and self.applicable
+
 
 class RulesFile(BaseModel):
     """`rules.json`: every rule of one run."""
@@ -80,6 +91,11 @@ class RulesFile(BaseModel):
     @property
     def issues(self) -> list[RuleResult]:
         return [rule for rule in self.rules if rule.status == "IssuesFound"]
+
+    @property
+    def not_applicable(self) -> list[RuleResult]:
+        """The rules that had nothing to judge on this run's hosts."""
+        return [rule for rule in self.rules if not rule.applicable]
 
 
 def parse_rules_file(text: str | bytes) -> RulesFile:

@@ -53,6 +53,9 @@ class RuleVerdict(BaseModel):
     trigger_count: int = 0
     recommendation: str = ""
     detail: str | None = None
+    # False: the rule had nothing to judge on this run's hosts (`RuleResult.applicable`).
+    applicable: bool = True
+    not_applicable_reason: str | None = None
 
 
 class RunArtifacts(BaseModel):

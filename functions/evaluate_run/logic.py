@@ -143,6 +143,8 @@ class Evaluator:
                     trigger_count=rule.trigger_count,
                     recommendation=rule.recommendation,
                     detail=rule.detail,
+                    applicable=rule.applicable,
+                    not_applicable_reason=rule.not_applicable_reason,
                 )
                 for rule in (rules.rules if rules else [])
             ],

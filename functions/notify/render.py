@@ -134,6 +134,18 @@ class _Facts:
             if rule.status == "IssuesFound"
         ]
 
+    def not_applicable(self) -> list[tuple[str, list[str]]]:
+        """(reason, rule names): the rules with nothing to judge on this run's hosts, by reason.
+
+        Their status is Debugger's NoIssuesFound, but they passed nothing: never counted as fine.
+        """
+        grouped: dict[str, list[str]] = {}
+        for rule in self.s.rules:
+            if not rule.applicable and rule.status == "NoIssuesFound":
+                reason = rule.not_applicable_reason or rule.detail or "nothing to judge"
+                grouped.setdefault(reason, []).append(rule.name)
+        return list(grouped.items())
+
     def quiet_rules(self) -> str | None:
         """The rules with nothing to say, in one line."""
         rules = self.s.rules
@@ -142,8 +154,11 @@ class _Facts:
         issues = {name for name, _ in self.issues()}
         pending = [r.name for r in rules if r.status in {"InProgress", "Stopping"}]
         errors = [r.name for r in rules if r.status == "Error"]
-        fine = len(rules) - len(issues) - len(pending) - len(errors)
+        not_applicable = self.not_applicable()
+        skipped = sum(len(names) for _, names in not_applicable)
+        fine = len(rules) - len(issues) - len(pending) - len(errors) - skipped
         parts = [f"{fine} of {len(rules)} rules found nothing to report"]
+        parts += [f"{', '.join(names)} not applicable on this host: {reason}" for reason, names in not_applicable]
         if errors:
             parts.append(f"could not judge: {', '.join(errors)}")
         if pending:

@@ -130,4 +130,7 @@ def _summary(rendered: rerender.Rendered) -> None:
     }[rendered.verdicts]
     issues = [result.name for result in rendered.results if result.status == "IssuesFound"]
     found = f"issues: {', '.join(issues)}" if issues else "no issues"
+    skipped = [result.name for result in rendered.results if not result.applicable]
+    if skipped:
+        found += f"; not applicable on this host: {', '.join(skipped)}"
     errors.print(Text(f"{len(rendered.results)} rules ({how}); {found}"), soft_wrap=True)

@@ -383,6 +383,11 @@ class Demo:
             for column in ("rule", "verdict", "what to do"):
                 table.add_column(column, overflow="fold")
             for rule in summary.rules:
+                if not rule.applicable and rule.status == "NoIssuesFound":
+                    # Debugger's NoIssuesFound, but nothing was judged: no green pass.
+                    reason = rule.not_applicable_reason or rule.detail or "nothing to judge"
+                    table.add_row(rule.name, "[dim]not applicable[/dim]", f"not applicable on this host: {reason}")
+                    continue
                 colour = "yellow" if rule.status == "IssuesFound" else "green" if rule.status == "NoIssuesFound" else ""
                 verdict = f"[{colour}]{rule.status}[/{colour}]" if colour else rule.status
                 table.add_row(rule.name, verdict, rule.recommendation if rule.status == "IssuesFound" else "")

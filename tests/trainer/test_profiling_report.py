@@ -9,6 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from functions.common.rules import parse_rules_file
+from trainer.profiling import rerender
 from trainer.profiling.monitor import SystemMonitor
 from trainer.profiling.report import load_profile, main, render_html, write_outputs
 from trainer.profiling.rules import ProfileData, evaluate
@@ -103,6 +104,47 @@ def test_a_cpu_only_run_says_there_are_no_gpu_metrics(tmp_path: Path) -> None:
     page = render_html(ProfileData(), evaluate(ProfileData()))
     assert "No GPU metrics on this run" in page
     assert "No training steps recorded" in page
+
+
+def _rule_row(page: str, name: str) -> str:
+    start = page.index(f"<tr><td><b>{name}</b>")
+    return page[start : page.index("</tr>", start)]
+
+
+def test_on_a_cpu_host_the_gpu_rules_are_not_applicable_not_passed(tmp_path: Path) -> None:
+    data = real_profile(tmp_path / "profile")  # sampled with gpus=False: a CPU host
+    results = evaluate(data)
+    rules_path, report_path = write_outputs(tmp_path, data, results)
+    parsed = {rule.name: rule for rule in parse_rules_file(rules_path.read_text()).rules}
+    page = report_path.read_text()
+    for name in ("LowGPUUtilization", "CPUBottleneck", "IOBottleneck", "BatchSize", "GPUMemoryIncrease"):
+        assert parsed[name].status == "NoIssuesFound" and not parsed[name].applicable, parsed[name]
+        row = _rule_row(page, name)
+        assert "badge NotApplicable" in row and "badge NoIssuesFound" not in row, row
+        assert "not applicable on this host: no GPU metrics on this run" in row, row
+    assert "not applicable on this host" in _rule_row(page, "LoadBalancing")
+    judged = sum(rule.applicable for rule in parsed.values())
+    issues = sum(rule.status == "IssuesFound" for rule in parsed.values())
+    assert f"<b>{issues} of {judged} that could judge</b>rules with issues" in page
+    assert f"<b>{len(parsed) - judged}</b>rules not applicable on this host" in page
+    # Not applicable comes last: after the rules that judged and passed.
+    assert page.index("badge NotApplicable") > page.rindex("badge NoIssuesFound")
+
+
+def test_recorded_verdicts_keep_applicability_and_older_files_still_render(tmp_path: Path) -> None:
+    reason = "no GPU metrics on this run (a CPU host, or no NVML/nvidia-smi)"
+    document = {
+        "rules": [
+            {"name": "LoadBalancing", "status": "NoIssuesFound", "applicable": False, "not_applicable_reason": reason},
+            {"name": "StepOutlier", "status": "NoIssuesFound"},  # written before the field
+        ]
+    }
+    balancing, outlier = rerender.recorded_results(document, tmp_path / "rules.json")
+    assert not balancing.applicable and balancing.not_applicable_reason == reason
+    assert outlier.applicable and outlier.not_applicable_reason is None
+    page = render_html(ProfileData(), [balancing, outlier])
+    assert f"not applicable on this host: {reason}" in _rule_row(page, "LoadBalancing")
+    assert "badge NoIssuesFound" in _rule_row(page, "StepOutlier")
 
 
 class _Balance(HTMLParser):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 
 from trainer.profiling.rules import DEFAULTS, ProfileData, RuleEvaluation, evaluate
@@ -145,18 +147,56 @@ def test_a_fluctuating_gpu_is_reported_as_such() -> None:
     assert result.evidence["gpus"][0]["kind"] == "fluctuating"
 
 
-def test_rules_needing_gpus_say_so_on_a_cpu_host() -> None:
-    data = ProfileData(system=system("CPUUtilization", "cpu0", [50.0] * 100))
-    for name in (
-        "LowGPUUtilization",
-        "CPUBottleneck",
-        "IOBottleneck",
-        "BatchSize",
-        "GPUMemoryIncrease",
-        "LoadBalancing",
-    ):
-        result = one(name, data)
-        assert result.status == "NoIssuesFound" and result.detail and "no GPU" in result.detail, f"{name}: {result}"
+GPU_RULES = ("LowGPUUtilization", "CPUBottleneck", "IOBottleneck", "BatchSize", "GPUMemoryIncrease", "LoadBalancing")
+
+
+def test_rules_needing_gpus_are_not_applicable_on_a_cpu_host() -> None:
+    data = ProfileData(
+        system=system("CPUUtilization", "cpu0", [50.0] * 100),
+        steps=steps(100, wait=0.01, compute=0.1, losses=[3.0 - 0.01 * i for i in range(100)]),
+    )
+    results = {r.name: r for r in evaluate(data)}
+    for name in GPU_RULES:
+        result = results[name]
+        assert result.status == "NoIssuesFound", "Debugger's vocabulary: a rule job with no data ends so"
+        assert not result.applicable and "no GPU" in (result.not_applicable_reason or ""), f"{name}: {result}"
+        entry = result.to_dict()
+        assert entry["applicable"] is False and entry["not_applicable_reason"] == result.not_applicable_reason
+    judged = {name for name, r in results.items() if r.applicable}
+    assert judged == {"StepOutlier", "MaxInitializationTime", "OverallSystemUsage", "LossNotDecreasing", "DataStall"}
+
+
+def test_load_balancing_needs_two_gpus_on_a_host() -> None:
+    result = one("LoadBalancing", ProfileData(system=system("GPUUtilization", "gpu0", [20.0] * 1100)))
+    assert result.status == "NoIssuesFound" and not result.applicable
+    assert "one GPU per host" in (result.not_applicable_reason or ""), result.not_applicable_reason
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("LowGPUUtilization", ProfileData(system=system("GPUUtilization", "gpu0", [5.0] * 4))),
+        ("GPUMemoryIncrease", ProfileData(system=system("GPUMemoryUtilization", "gpu0", [5.0, 50.0, 90.0]))),
+        ("DataStall", ProfileData(steps=steps(4, wait=0.9, compute=0.1))),
+        ("StepOutlier", ProfileData(steps=steps(3, wait=0.0, compute=0.1))),
+        ("StepOutlier", ProfileData()),
+        ("LossNotDecreasing", ProfileData(steps=steps(100, wait=0.0, compute=0.1))),
+        ("Dataloader", ProfileData(system=system("CPUUtilization", "cpu0", [50.0] * 100))),
+        ("OverallSystemUsage", ProfileData()),
+        ("MaxInitializationTime", ProfileData()),
+    ],
+)
+def test_a_rule_without_its_input_is_not_applicable_rather_than_passed(name: str, data: ProfileData) -> None:
+    result = one(name, data)
+    assert result.status == "NoIssuesFound" and result.trigger_count == 0
+    assert not result.applicable and result.not_applicable_reason, result
+    assert result.detail == result.not_applicable_reason, "older readers of detail still see why"
+
+
+def test_a_rule_with_its_input_is_applicable() -> None:
+    for result in evaluate(starved_run()):
+        if result.name in {"LowGPUUtilization", "StepOutlier", "DataStall", "MaxInitializationTime"}:
+            assert result.applicable and result.not_applicable_reason is None, result
 
 
 # --- CPUBottleneck and IOBottleneck -------------------------------------------------------------
@@ -309,6 +349,83 @@ def test_diff_percent_asks_the_loss_to_fall_by_that_much() -> None:
     data = ProfileData(steps=steps(200, wait=0, compute=0.1, losses=losses))
     assert not issues(one("LossNotDecreasing", data))
     assert issues(one("LossNotDecreasing", data, diff_percent=1.0))
+
+
+def noisy(trend: Any, count: int = 168, scatter: float = 0.1, seed: int = 7) -> list[float]:
+    """A small-batch loss: the trend times per-step noise of `scatter` (the demo's 4-image
+    batches scatter by about 9 %)."""
+    noise = np.random.default_rng(seed).standard_normal(count)
+    return [float(trend(i) * (1 + scatter * noise[i])) for i in range(count)]
+
+
+def healthy_small_batch_losses(seed: int = 7) -> list[float]:
+    # The offline demo's shape: 4 epochs of 42 steps, from 22 down to about 10.
+    return noisy(lambda i: 10.0 + 12.0 * math.exp(-i / 20), seed=seed)
+
+
+def debuggers_ten_step_means_fire(losses: list[float]) -> bool:
+    """Debugger's defaults read literally: 10-step means against the lowest one, +5 %."""
+    means = [sum(losses[i : i + 10]) / 10 for i in range(0, len(losses) - 9, 10)]
+    return any(
+        later > previous and later > 1.05 * min(means[:k])
+        for k, (previous, later) in enumerate(itertools.pairwise(means), start=1)
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_noisy_falling_small_batch_loss_does_not_fire(seed: int) -> None:
+    losses = healthy_small_batch_losses(seed)
+    result = one("LossNotDecreasing", ProfileData(steps=steps(len(losses), wait=0, compute=0.1, losses=losses)))
+    assert result.applicable and not issues(result), result.evidence
+    assert result.evidence["window_steps"] > 10, "the window grew to the run's noise"
+    assert result.evidence["every_steps"] == 10, "checked as often as Debugger does"
+    assert result.detail and "scatters by" in result.detail, result.detail
+
+
+def test_debuggers_ten_step_means_would_fire_on_that_healthy_loss() -> None:
+    # Why the window grows: on these very losses Debugger's 10-step means fire for most seeds.
+    fired = [debuggers_ten_step_means_fire(healthy_small_batch_losses(seed)) for seed in range(5)]
+    assert sum(fired) >= 3, fired
+
+
+@pytest.mark.parametrize(
+    ("name", "trend"),
+    [
+        ("rising by 20 % over the run", lambda i: 10.0 * (1 + 0.2 * i / 168)),
+        (
+            "falling, then climbing back 30 %",
+            lambda i: 10.0 + 12.0 * math.exp(-i / 20) + (0.03 * (i - 84) if i > 84 else 0),
+        ),
+    ],
+)
+def test_a_noisy_loss_that_rises_still_fires(name: str, trend: Any) -> None:
+    losses = noisy(trend)
+    result = one("LossNotDecreasing", ProfileData(steps=steps(len(losses), wait=0, compute=0.1, losses=losses)))
+    assert issues(result), f"{name}: {result.evidence}"
+    assert "stopped going down" in result.recommendation and "above the lowest" in result.recommendation
+
+
+def test_a_noisy_flat_loss_fires_when_asked_to_fall() -> None:
+    # Debugger's semantics: with diff_percent 0 a loss that never rises 5 % passes; asking it to
+    # fall by 1 % every num_steps steps catches a loss that stays flat, noise or not.
+    losses = noisy(lambda i: 10.0)
+    data = ProfileData(steps=steps(len(losses), wait=0, compute=0.1, losses=losses))
+    result = one("LossNotDecreasing", data, diff_percent=1.0)
+    assert result.applicable and issues(result), result.evidence
+    assert "by less than 1.0 %" in result.recommendation, result.recommendation
+
+
+def test_a_diverged_loss_fires() -> None:
+    losses = [3.0 - 0.01 * i for i in range(100)] + [math.nan] * 20
+    result = one("LossNotDecreasing", ProfileData(steps=steps(120, wait=0, compute=0.1, losses=losses)))
+    assert issues(result) and "diverged" in result.recommendation, result.recommendation
+
+
+def test_a_noisy_loss_too_short_for_its_window_is_not_applicable() -> None:
+    losses = healthy_small_batch_losses()[:40]
+    result = one("LossNotDecreasing", ProfileData(steps=steps(40, wait=0, compute=0.1, losses=losses)))
+    assert result.status == "NoIssuesFound" and not result.applicable
+    assert "only 40 TRAIN steps" in (result.not_applicable_reason or ""), result.not_applicable_reason
 
 
 # --- parameters and failures --------------------------------------------------------------------

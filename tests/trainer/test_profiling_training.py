@@ -88,9 +88,14 @@ def _train(tmp_path: Path, extra: list[str]) -> tuple[Path, str]:
 
 def test_a_training_run_leaves_its_profile_rules_and_report(tmp_path: Path) -> None:
     output, _ = _train(tmp_path, ["--epochs", "2"])
-    steps = [json.loads(line) for line in (output / "profile/steps/rank1.jsonl").read_text().splitlines()]
-    assert len(steps) == 2 * 4 and {s["phase"] for s in steps} == {"TRAIN"}, steps[:2]
+    lines = [json.loads(line) for line in (output / "profile/steps/rank1.jsonl").read_text().splitlines()]
+    steps = [s for s in lines if s["phase"] == "TRAIN"]
+    assert len(steps) == 2 * 4, lines[:2]
     assert all(s["loss"] is not None and s["duration"] > 0 for s in steps)
+    # Each epoch's validation pass: its batches are EVAL steps, without a loss.
+    evaluation = [s for s in lines if s["phase"] == "EVAL"]
+    assert {s["epoch"] for s in evaluation} == {0, 1} and all("loss" not in s for s in evaluation), lines
+    assert len(evaluation) + len(steps) == len(lines)
     assert (output / "profile/steps/rank0.jsonl").exists()
     [system] = list((output / "profile/system").glob("*.jsonl"))
     assert system.read_text().count("CPUUtilization") > 0
@@ -99,6 +104,7 @@ def test_a_training_run_leaves_its_profile_rules_and_report(tmp_path: Path) -> N
     assert not [r.name for r in parsed.rules if r.status == "Error"], parsed.rules
     page = (output / "report.html").read_text()
     assert "<script" not in page and "DataStall" in page and "validation mIoU" in page
+    assert "Validation passes" in page and "No validation steps recorded" not in page
     MetricsFile.model_validate_json((output / "metrics.json").read_text())
 
 

@@ -136,6 +136,36 @@ def with_rule_issues() -> RunSummary:
     )
 
 
+NO_GPU = "no GPU metrics on this run (a CPU host, or no NVML/nvidia-smi)"
+GPU_RULES = ("LowGPUUtilization", "CPUBottleneck", "IOBottleneck", "BatchSize", "GPUMemoryIncrease", "LoadBalancing")
+
+
+def on_a_cpu_host() -> RunSummary:
+    """A run on CPU instances: the GPU rules had nothing to judge (NoIssuesFound, not applicable)."""
+    judged = ("StepOutlier", "Dataloader", "MaxInitializationTime", "OverallSystemUsage", "LossNotDecreasing")
+    return accepted().model_copy(
+        update={
+            "job": _job().model_copy(update={"instance_type": "ml.m5.xlarge", "instance_count": 1}),
+            "rules": [
+                *(
+                    RuleVerdict(
+                        name=name, status="NoIssuesFound", detail=NO_GPU, applicable=False, not_applicable_reason=NO_GPU
+                    )
+                    for name in GPU_RULES
+                ),
+                *(RuleVerdict(name=name, status="NoIssuesFound") for name in judged),
+                RuleVerdict(
+                    name="DataStall",
+                    status="NoIssuesFound",
+                    detail="only 3 training steps per rank: too few to judge (at least 5)",
+                    applicable=False,
+                    not_applicable_reason="only 3 training steps per rank: too few to judge (at least 5)",
+                ),
+            ],
+        }
+    )
+
+
 def failed_in_training() -> RunSummary:
     return _base(
         outcome="failed",
@@ -200,6 +230,7 @@ CASES = {
     "accepted": accepted,
     "rejected": rejected,
     "rules_with_issues": with_rule_issues,
+    "rules_on_a_cpu_host": on_a_cpu_host,
     "failed_in_training": failed_in_training,
     "failed_before_training": failed_before_training,
 }

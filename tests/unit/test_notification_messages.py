@@ -13,7 +13,7 @@ import pytest
 
 from functions.common.summary import GateVerdict, RuleVerdict
 from functions.notify.render import render
-from tests.unit.notify_cases import CASES, failed_in_training, links_for, with_rule_issues
+from tests.unit.notify_cases import CASES, GPU_RULES, failed_in_training, links_for, on_a_cpu_host, with_rule_issues
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "notify"
 
@@ -52,6 +52,20 @@ def test_the_report_link_states_truthfully_until_when_it_works() -> None:
 
     assert "until 2026-12-03 11:01 UTC (59 min)" in text
     assert "retrain link ds-20261203-091500-4f1c2a9b" in text
+
+
+def test_rules_with_nothing_to_judge_say_so_and_are_not_counted_as_passed() -> None:
+    summary = on_a_cpu_host()
+
+    message = render(summary, links_for(summary))
+
+    # 12 rules: 6 GPU rules and DataStall had nothing to judge; 5 judged and found nothing.
+    line = next(line for line in message.text.splitlines() if line.startswith("Profiler rules"))
+    assert "5 of 12 rules found nothing to report" in line, line
+    assert f"{', '.join(GPU_RULES)} not applicable on this host: no GPU metrics on this run" in line, line
+    assert "DataStall not applicable on this host: only 3 training steps" in line, line
+    assert line in _texts(message.slack["blocks"]), "Slack says the same"
+    assert ":mag:" not in json.dumps(message.slack), "not applicable is no issue either"
 
 
 def _texts(block: Any) -> list[str]:

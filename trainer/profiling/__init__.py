@@ -1,8 +1,11 @@
 """Profiling without SageMaker Debugger: a system monitor, step timelines, rules and a report.
 
 - `monitor.py`: one sampler per host writes Debugger's own system-metric records;
-- `steps.py`: every rank appends one line per step (data wait, compute, communication);
+- `steps.py`: every rank appends one line per step (data wait, compute, communication), TRAIN
+  or EVAL (a validation batch);
 - `rules.py`: Debugger's built-in profiler rules, plus DataStall and LossNotDecreasing;
 - `report.py`: `rules.json` and a self-contained `report.html`.
+- `jsonl.py`, `store.py`: the files read as they grow, and held in columns (rank 0's online
+  evaluation: bounded bytes per record, only appended lines parsed).
 - `session.py`: the `Profiler` the training loop drives; `flags.py`: its hyperparameters.
 """

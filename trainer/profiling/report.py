@@ -23,9 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from trainer.profiling.monitor import read_system
 from trainer.profiling.rules import ProfileData, RuleEvaluation
 from trainer.profiling.steps import read_steps
+from trainer.profiling.store import StepArrays, group_steps, nodes_of, points_of, ranks_of
 
 RULES_FILE = "rules.json"
 REPORT_FILE = "report.html"
@@ -92,7 +95,8 @@ table.rules td,table.rules th,table.kv td,table.kv th,table.ranks td,table.ranks
 border-bottom:1px solid #e4e6ee;padding:6px 8px;text-align:left;vertical-align:top}
 .IssuesFound{color:#fff;background:#c62828}.NoIssuesFound{color:#fff;background:#2e7d32}
 .Error{color:#fff;background:#6d4c41}.badge{padding:2px 8px;border-radius:10px;font-size:12px;
-white-space:nowrap}details summary{cursor:pointer;color:#345}pre{font-size:12px;
+white-space:nowrap}.NotApplicable{color:#fff;background:#757575}
+details summary{cursor:pointer;color:#345}pre{font-size:12px;
 background:#f5f6fa;padding:8px;overflow:auto;max-height:280px}
 table.heat{table-layout:fixed}table.heat td{width:7px;height:12px;padding:0}
 table.heat th{font-weight:normal;font-size:11px;color:#556;padding-right:6px;text-align:right;
@@ -152,6 +156,7 @@ def render_html(
         "<h2>Where step time goes</h2>",
         _rank_table(data.steps),
         _timelines(data.steps),
+        _eval_passes(data.steps),
         "<h2>CPU utilization</h2>",
         _heatmaps(data.system, "CPUUtilization", "cores"),
         "<h2>GPU utilization</h2>",
@@ -166,15 +171,19 @@ def render_html(
 
 
 def _summary_cards(data: ProfileData, results: Sequence[RuleEvaluation], issues: Sequence[RuleEvaluation]) -> str:
-    train = [s for s in data.steps if s.get("phase", "TRAIN") == "TRAIN"]
-    total = sum(float(s["duration"]) for s in train)
-    wait = sum(float(s["data_wait"]) for s in train)
-    comm = sum(float(s["communication"]) for s in train)
-    hosts = sorted({str(r["NodeId"]) for r in data.system})
-    ranks = sorted({int(s.get("rank", 0)) for s in data.steps})
+    train = list(_by_rank(data.steps, "TRAIN").values())
+    total = sum(float(ranked.duration.sum()) for ranked in train)
+    wait = sum(float(ranked.data_wait.sum()) for ranked in train)
+    comm = sum(float(ranked.communication.sum()) for ranked in train)
+    evaluation = sum(len(ranked) for ranked in _by_rank(data.steps, "EVAL").values())
+    hosts = sorted(nodes_of(data.system))
+    ranks = sorted(ranks_of(data.steps))
+    judged = [r for r in results if r.applicable]
     cards = [
-        ("rules with issues", f"{len(issues)} of {len(results)}"),
-        ("training steps (all ranks)", str(len(train))),
+        ("rules with issues", f"{len(issues)} of {len(judged)} that could judge"),
+        ("rules not applicable on this host", str(len(results) - len(judged))),
+        ("training steps (all ranks)", str(sum(len(ranked) for ranked in train))),
+        ("validation steps (all ranks)", str(evaluation)),
         ("data wait", f"{100 * wait / total:.1f} %" if total else "-"),
         ("communication", f"{100 * comm / total:.1f} %" if total else "-"),
         ("hosts / ranks", f"{len(hosts)} / {len(ranks)}"),
@@ -186,15 +195,24 @@ def _summary_cards(data: ProfileData, results: Sequence[RuleEvaluation], issues:
 def _rules_table(results: Sequence[RuleEvaluation]) -> str:
     order = {"IssuesFound": 0, "Error": 1, "NoIssuesFound": 2}
     rows = []
-    for result in sorted(results, key=lambda r: (order.get(r.status, 3), r.name)):
+    for result in sorted(results, key=lambda r: (order.get(r.status, 3) + (0 if r.applicable else 2), r.name)):
         evidence = json.dumps(result.to_dict()["evidence"], indent=1)[:6000]
         parameters = ", ".join(f"{k}={v}" for k, v in result.parameters.items())
         advice = _e(result.recommendation or result.detail or "")
         if result.recommendation and result.detail:
             advice += f" <span class='muted'>({_e(result.detail)})</span>"
+        badge = f"<span class='badge {_e(result.status)}'>{_e(result.status)}</span>"
+        if not result.applicable:
+            # Debugger's status is NoIssuesFound, but nothing was judged: grey, not a green pass.
+            reason = result.not_applicable_reason or result.detail or "nothing to judge"
+            advice = f"<span class='muted'>not applicable on this host: {_e(reason)}</span>"
+            badge = (
+                f"<span class='badge NotApplicable' title='status {_e(result.status)}, not applicable'>"
+                "not applicable</span>"
+            )
         rows.append(
             f"<tr><td><b>{_e(result.name)}</b></td>"
-            f"<td><span class='badge {_e(result.status)}'>{_e(result.status)}</span></td>"
+            f"<td>{badge}</td>"
             f"<td>{result.trigger_count}</td><td>{advice}"
             f"<details><summary>evidence and parameters</summary>"
             f"<p class='muted'>{_e(parameters)}</p><pre>{_e(evidence)}</pre></details></td></tr>"
@@ -205,22 +223,24 @@ def _rules_table(results: Sequence[RuleEvaluation]) -> str:
     )
 
 
+def _by_rank(steps: Sequence[Mapping[str, Any]], phase: str) -> dict[int, StepArrays]:
+    """One phase's steps per rank, sorted by start (a step without a phase is a TRAIN step)."""
+    return group_steps(steps, lambda s: int(s.get("rank", 0)), lambda s: s.get("phase", "TRAIN") == phase)
+
+
 def _rank_table(steps: Sequence[Mapping[str, Any]]) -> str:
-    per_rank: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
-    for step in steps:
-        if step.get("phase", "TRAIN") == "TRAIN":
-            per_rank[int(step.get("rank", 0))].append(step)
+    per_rank = _by_rank(steps, "TRAIN")
     if not per_rank:
         return "<p class='muted'>No training steps recorded.</p>"
-    slowest = max(sum(float(s["duration"]) for s in ranked) / len(ranked) for ranked in per_rank.values())
+    slowest = max(float(ranked.duration.sum()) / len(ranked) for ranked in per_rank.values())
     rows = []
     for rank, ranked in sorted(per_rank.items()):
-        total = sum(float(s["duration"]) for s in ranked) or 1e-12
+        total = float(ranked.duration.sum()) or 1e-12
         mean = total / len(ranked)
-        fractions = [sum(float(s[k]) for s in ranked) / total for k in ("data_wait", "compute", "communication")]
+        fractions = [float(part.sum()) / total for part in (ranked.data_wait, ranked.compute, ranked.communication)]
         bar = _stacked_bar(fractions, 220 * mean / slowest if slowest else 0)
         rows.append(
-            f"<tr><td>rank {rank}</td><td>{_e(ranked[0].get('node', ''))}</td>"
+            f"<tr><td>rank {rank}</td><td>{_e(ranked.get(0, 'node', ''))}</td>"
             f"<td>{len(ranked)}</td><td>{mean * 1000:.1f} ms</td>"
             + "".join(f"<td>{100 * f:.1f} %</td>" for f in fractions)
             + f"<td>{bar}</td></tr>"
@@ -242,10 +262,7 @@ def _stacked_bar(fractions: Sequence[float], width: float) -> str:
 
 
 def _timelines(steps: Sequence[Mapping[str, Any]]) -> str:
-    per_rank: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
-    for step in steps:
-        if step.get("phase", "TRAIN") == "TRAIN":
-            per_rank[int(step.get("rank", 0))].append(step)
+    per_rank = _by_rank(steps, "TRAIN")
     if not per_rank:
         return ""
     legend = (
@@ -255,14 +272,13 @@ def _timelines(steps: Sequence[Mapping[str, Any]]) -> str:
         "<small class='muted'>(each bar: the mean step of a run of consecutive steps)</small></p>"
     )
     charts = []
-    for rank, unordered in sorted(per_rank.items()):
-        ranked = sorted(unordered, key=lambda s: float(s["start"]))
-        size = max(1, math.ceil(len(ranked) / MAX_BARS))
-        bins = [ranked[i : i + size] for i in range(0, len(ranked), size)]
-        means = [
-            [sum(float(s[k]) for s in group) / len(group) for k in ("data_wait", "compute", "communication")]
-            for group in bins
-        ]
+    for rank, ranked in sorted(per_rank.items()):
+        count = len(ranked)
+        size = max(1, math.ceil(count / MAX_BARS))
+        firsts = np.arange(0, count, size)
+        lengths = np.diff(np.append(firsts, count))
+        parts = (ranked.data_wait, ranked.compute, ranked.communication)
+        means = np.stack([np.add.reduceat(part, firsts) / lengths for part in parts], axis=1).tolist()
         top = max((sum(m) for m in means), default=0.0) or 1e-9
         width, height, left = 1000, 120, 50
         bar = (width - left) / len(means)
@@ -276,43 +292,73 @@ def _timelines(steps: Sequence[Mapping[str, Any]]) -> str:
                     f"<rect x='{left + i * bar:.1f}' y='{y:.1f}' width='{max(bar - 0.5, 0.5):.1f}'"
                     f" height='{h:.1f}' fill='{color}'/>"
                 )
-        first, last = bins[0][0], bins[-1][-1]
+        last = count - 1
         axis = (
             f"<text x='0' y='14'>{top * 1000:.0f} ms</text><text x='0' y='{height}'>0</text>"
-            f"<text x='{left}' y='{height + 14}'>step {_e(first.get('step'))} (epoch "
-            f"{_e(first.get('epoch'))})</text><text x='{width}' y='{height + 14}' "
-            f"text-anchor='end'>step {_e(last.get('step'))} (epoch {_e(last.get('epoch'))})</text>"
+            f"<text x='{left}' y='{height + 14}'>step {_e(ranked.get(0, 'step'))} (epoch "
+            f"{_e(ranked.get(0, 'epoch'))})</text><text x='{width}' y='{height + 14}' "
+            f"text-anchor='end'>step {_e(ranked.get(last, 'step'))} (epoch {_e(ranked.get(last, 'epoch'))})</text>"
         )
         charts.append(
-            f"<h3>rank {rank} ({_e(ranked[0].get('node', ''))}): {len(ranked)} steps</h3>"
+            f"<h3>rank {rank} ({_e(ranked.get(0, 'node', ''))}): {count} steps</h3>"
             f"<svg viewBox='0 0 {width} {height + 18}' width='100%' role='img'>"
             f"{''.join(rects)}{axis}</svg>"
         )
     return "<h3>Step timelines</h3>" + legend + "".join(charts)
 
 
+def _eval_passes(steps: Sequence[Mapping[str, Any]]) -> str:
+    """The validation batches (EVAL steps), apart from the training steps the figures above and
+    the step rules (DataStall, LossNotDecreasing) are about: one row per validation pass."""
+    title = "<h3>Validation passes (EVAL steps, not counted as training steps)</h3>"
+    passes = group_steps(steps, lambda s: (s.get("epoch"), int(s.get("rank", 0))), lambda s: s.get("phase") == "EVAL")
+    if not passes:
+        return title + "<p class='muted'>No validation steps recorded.</p>"
+    by_epoch: dict[Any, list[StepArrays]] = defaultdict(list)
+    for (epoch, _), ranked in passes.items():
+        by_epoch[epoch].append(ranked)
+    rows = []
+    batches_all, seconds_all = 0, 0.0
+    for epoch in sorted(by_epoch, key=lambda e: (e is None, e if isinstance(e, int | float) else 0)):
+        groups = by_epoch[epoch]
+        batches = sum(len(ranked) for ranked in groups)
+        total = sum(float(ranked.duration.sum()) for ranked in groups)
+        wait = sum(float(ranked.data_wait.sum()) for ranked in groups)
+        slowest = max(float(ranked.duration.sum()) for ranked in groups)  # the pass ends with its slowest rank
+        batches_all, seconds_all = batches_all + batches, seconds_all + slowest
+        mean = f"{1000 * total / batches:.1f} ms" if total > 0 else "-"
+        waited = f"{100 * wait / total:.1f} %" if total > 0 else "-"
+        rows.append(
+            f"<tr><td>{_e(epoch)}</td><td>{len(groups)}</td><td>{batches}</td><td>{slowest:.2f} s</td>"
+            f"<td>{mean}</td><td>{waited}</td></tr>"
+        )
+    rows.append(f"<tr><th>all</th><td></td><th>{batches_all}</th><th>{seconds_all:.2f} s</th><td></td><td></td></tr>")
+    return (
+        title + "<table class='ranks'><tr><th>epoch</th><th>ranks</th><th>batches (all ranks)</th>"
+        "<th>pass time (slowest rank)</th><th>mean batch</th><th>data wait</th></tr>"
+        f"{''.join(rows)}</table>"
+    )
+
+
 def _heatmaps(system: Sequence[Mapping[str, Any]], dimension: str, what: str) -> str:
-    grouped: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
-    for record in system:
-        if record.get("Dimension") == dimension:
-            grouped[str(record["NodeId"])][str(record["Name"])].append(
-                (float(record["Timestamp"]), float(record["Value"]))
-            )
+    grouped = points_of(system, dimension)
     if not grouped:
         return ""
     out = []
     for node, names in sorted(grouped.items()):
-        stamps = [t for points in names.values() for t, _ in points]
-        start, end = min(stamps), max(stamps)
-        columns = max(1, min(MAX_COLUMNS, len(set(stamps))))
+        stamps = np.sort(np.concatenate([t for t, _ in names.values()]))
+        start, end = float(stamps[0]), float(stamps[-1])
+        distinct = 1 + int(np.count_nonzero(stamps[1:] != stamps[:-1]))
+        del stamps
+        columns = max(1, min(MAX_COLUMNS, distinct))
         span = (end - start) / columns or 1.0
         rows = []
         for name in sorted(names, key=_natural):
-            sums, counts = [0.0] * columns, [0] * columns
-            for stamp, value in names[name]:
-                column = min(columns - 1, int((stamp - start) / span))
-                sums[column] += value
-                counts[column] += 1
+            times, values = names[name]
+            # Truncated as int() truncates; bincount adds each column's values in order, as += did.
+            index = np.minimum(columns - 1, ((times - start) / span).astype(np.int64))
+            sums = np.bincount(index, weights=values, minlength=columns).tolist()
+            counts = np.bincount(index, minlength=columns).tolist()
             cells = "".join(
                 f"<td style='background:{_color(s / c)}' title='{_e(name)} "
                 f"{_clock(start + i * span)}: {s / c:.0f} %'></td>"

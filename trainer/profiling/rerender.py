@@ -206,6 +206,11 @@ def recorded_results(document: Mapping[str, Any], where: Path) -> list[RuleEvalu
                     parameters={str(k): str(v) for k, v in (entry.get("parameters") or {}).items()},
                     recommendation=str(entry.get("recommendation") or ""),
                     detail=None if entry.get("detail") is None else str(entry["detail"]),
+                    # Absent in files written before it: those rules judged, as far as they say.
+                    applicable=_applicable(entry.get("applicable", True)),
+                    not_applicable_reason=(
+                        None if entry.get("not_applicable_reason") is None else str(entry["not_applicable_reason"])
+                    ),
                 )
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -225,6 +230,12 @@ def _typed(value: Any) -> Any:
             return kind(value)
         except ValueError:
             continue
+    return value
+
+
+def _applicable(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"applicable is {value!r}, not true or false")
     return value
 
 

@@ -10,6 +10,12 @@ Short runs: where a rule has fewer samples than its `patience` (or `window`), it
 judge; it is then evaluated with patience and window both scaled to 20 % of the samples
 available (never above their configured values), and the result's `detail` says so.
 
+Rules that cannot judge: a rule without its input (no GPU series on a CPU host, one GPU for
+LoadBalancing, fewer than `MIN_SAMPLES` samples, no losses, a run too short for
+LossNotDecreasing's windows) keeps Debugger's status NoIssuesFound, as a Debugger rule job would
+report, and says `applicable: false` with a `not_applicable_reason`: NoIssuesFound is then no
+pass, and the report and the notification say "not applicable on this host" instead.
+
 Divergences from Debugger, where its code as found looks like a bug (we follow the documented
 intent):
 
@@ -28,11 +34,15 @@ intent):
   children, plus `TrainingProcesses`), so with `--workers 0` the training processes still count,
   as in Debugger.
 - **LossNotDecreasing** (Debugger's generic rule, not a profiler rule): the loss compared at each
-  check is the mean training loss of the `num_steps` steps since the previous check (averaged over
-  ranks), not one step's value, so SGD noise does not fire it on its own. Semantics followed:
-  every `num_steps` steps, if the loss went up, it is a violation only when it exceeds the lowest
-  loss seen so far by more than `increase_threshold_percent`; if it went down, a violation when
-  it went down by less than `diff_percent` of the previous value (0: never).
+  check is the mean training loss (averaged over ranks) of the last `window` steps, not one
+  step's value. `window` is `num_steps`, or longer when the run's per-step loss is too noisy for
+  a `num_steps` mean to tell a rise of `increase_threshold_percent` from chance (small batches):
+  then as many steps as make that rise four standard errors of the mean (see
+  `loss_not_decreasing`). Semantics followed: every `num_steps` steps, if the loss went up, it is
+  a violation only when it exceeds the lowest loss seen so far by more than
+  `increase_threshold_percent`; if it went down, a violation when it went down by less than
+  `diff_percent` of the previous value (0: never, so a loss that stays flat fires only with a
+  `diff_percent` above 0, as in Debugger).
 - **StepOutlier**: durations come from our step lines (all ranks of a node together, per
   phase), not from Debugger's framework trace.
 
@@ -52,7 +62,10 @@ from typing import Any
 
 import numpy as np
 
-Record = dict[str, Any]
+from trainer.profiling.store import StepArrays, StepColumns, SystemColumns, group_steps
+
+# A dict read from a profile file, or a row of the compact store's columns (`store.py`).
+Record = Mapping[str, Any]
 
 SHORT_RUN_FRACTION = 0.2
 SNAPSHOT_WINDOW_SECONDS = 0.02
@@ -61,6 +74,9 @@ SCAN_INTERVAL_SECONDS = 60.0
 MIN_SAMPLES = 5
 # Evidence lists are cut to this many items, with a count of the rest.
 MAX_EVIDENCE_ITEMS = 20
+# LossNotDecreasing: a rise of increase_threshold_percent is this many standard errors of a
+# window's mean loss (the window is sized to the run's noise; see `loss_not_decreasing`).
+NOISE_STANDARD_ERRORS = 4
 
 STATUS_OK, STATUS_ISSUES, STATUS_ERROR = "NoIssuesFound", "IssuesFound", "Error"
 
@@ -96,8 +112,10 @@ RULE_NAMES: tuple[str, ...] = tuple(DEFAULTS)
 class ProfileData:
     """Everything the rules look at."""
 
-    system: list[Record] = field(default_factory=list)
-    steps: list[Record] = field(default_factory=list)
+    # Lists of dicts (`report.load_profile`), or the compact columns of `store.ProfileStore`,
+    # which the helpers below read without making a dict per record.
+    system: Sequence[Record] = field(default_factory=list)
+    steps: Sequence[Record] = field(default_factory=list)
     # When the job started and the newest moment seen (epoch seconds); from the data if None.
     started_at: float | None = None
     now: float | None = None
@@ -118,11 +136,23 @@ class RuleEvaluation:
     parameters: dict[str, str] = field(default_factory=dict)
     recommendation: str = ""
     detail: str | None = None
+    # False when the rule had nothing to judge on this host (no GPU series, one GPU, too few
+    # steps, no loss): the status stays Debugger's NoIssuesFound, which is no pass then.
+    applicable: bool = True
+    not_applicable_reason: str | None = None
+
+    def not_applicable(self, reason: str) -> RuleEvaluation:
+        """Nothing to judge: NoIssuesFound in Debugger's vocabulary, but no verdict; says why."""
+        self.status, self.applicable, self.not_applicable_reason = STATUS_OK, False, reason
+        self.detail = reason
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "status": self.status,
+            "applicable": self.applicable,
+            "not_applicable_reason": self.not_applicable_reason,
             "trigger_count": self.trigger_count,
             "violations": self.violations,
             "datapoints": self.datapoints,
@@ -193,8 +223,10 @@ def _upto(stamps: Any, end: float) -> int:
     return int(np.searchsorted(stamps, end, side="right"))
 
 
-def _series(system: list[Record], dimension: str) -> dict[tuple[str, str], tuple[Any, Any]]:
+def _series(system: Sequence[Record], dimension: str) -> dict[tuple[str, str], tuple[Any, Any]]:
     """(node, name) -> (timestamps, values), sorted by time, for one dimension."""
+    if isinstance(system, SystemColumns):
+        return system.series(dimension)
     grouped: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for record in system:
         if record.get("Dimension") == dimension:
@@ -211,12 +243,14 @@ def _series(system: list[Record], dimension: str) -> dict[tuple[str, str], tuple
     return series
 
 
-def _snapshots(system: list[Record]) -> dict[str, list[tuple[float, list[Record]]]]:
+def _snapshots(system: Sequence[Record]) -> dict[str, list[tuple[float, Sequence[Record]]]]:
     """Per node: records grouped into snapshots (a gap of more than 0.02 s starts a new one)."""
+    if isinstance(system, SystemColumns):
+        return system.snapshots()
     by_node: dict[str, list[Record]] = defaultdict(list)
     for record in system:
         by_node[str(record["NodeId"])].append(record)
-    snapshots: dict[str, list[tuple[float, list[Record]]]] = {}
+    snapshots: dict[str, list[tuple[float, Sequence[Record]]]] = {}
     for node, records in sorted(by_node.items()):
         records.sort(key=lambda r: float(r["Timestamp"]))
         groups: list[tuple[float, list[Record]]] = []
@@ -226,12 +260,101 @@ def _snapshots(system: list[Record]) -> dict[str, list[tuple[float, list[Record]
                 groups[-1][1].append(record)
             else:
                 groups.append((stamp, [record]))
-        snapshots[node] = groups
+        snapshots[node] = [(stamp, group) for stamp, group in groups]
     return snapshots
 
 
-def _has(system: list[Record], dimension: str) -> bool:
+def _has(system: Sequence[Record], dimension: str) -> bool:
+    if isinstance(system, SystemColumns):
+        return system.has(dimension)
     return any(record.get("Dimension") == dimension for record in system)
+
+
+def _snapshot_flags(
+    system: Sequence[Record], dimension: str, gpu_threshold: float, threshold: float
+) -> dict[str, tuple[list[float], list[bool]]]:
+    """Per node: each snapshot's time, and whether in it a GPU was below `gpu_threshold` while a
+    `dimension` record was above `threshold` (CPUBottleneck, IOBottleneck)."""
+    result: dict[str, tuple[list[float], list[bool]]] = {}
+    if isinstance(system, SystemColumns):
+        for node, stats in system.per_snapshot(("GPUUtilization", dimension)).items():
+            flags = (stats.min["GPUUtilization"] < gpu_threshold) & (stats.max[dimension] > threshold)
+            result[node] = (stats.stamps, flags.tolist())
+        return result
+    for node, snapshots in _snapshots(system).items():
+        flags_list = []
+        for _, records in snapshots:
+            gpu_low = any(r["Dimension"] == "GPUUtilization" and float(r["Value"]) < gpu_threshold for r in records)
+            busy = any(r["Dimension"] == dimension and float(r["Value"]) > threshold for r in records)
+            flags_list.append(gpu_low and busy)
+        result[node] = ([stamp for stamp, _ in snapshots], flags_list)
+    return result
+
+
+def _snapshot_means(system: Sequence[Record], dimension: str) -> dict[str, tuple[list[float], list[float]]]:
+    """Per node: the time and the mean `dimension` value of each snapshot that has one."""
+    result: dict[str, tuple[list[float], list[float]]] = {}
+    if isinstance(system, SystemColumns):
+        for node, stats in system.per_snapshot((dimension,)).items():
+            has = stats.count[dimension] > 0
+            means = stats.sum[dimension][has] / stats.count[dimension][has]
+            result[node] = (np.asarray(stats.stamps)[has].tolist(), means.tolist())
+        return result
+    for node, snapshots in _snapshots(system).items():
+        stamps, totals = [], []
+        for stamp, records in snapshots:
+            values = [float(r["Value"]) for r in records if r["Dimension"] == dimension]
+            if values:
+                stamps.append(stamp)
+                totals.append(sum(values) / len(values))
+        result[node] = (stamps, totals)
+    return result
+
+
+def _names(system: Sequence[Record], dimension: str) -> dict[str, set[str]]:
+    """node -> the names (cores, GPUs) with records of `dimension`."""
+    if isinstance(system, SystemColumns):
+        return system.names(dimension)
+    names: dict[str, set[str]] = defaultdict(set)
+    for record in system:
+        if record.get("Dimension") == dimension:
+            names[str(record["NodeId"])].add(str(record["Name"]))
+    return names
+
+
+def _time_range(system: Sequence[Record]) -> tuple[float, float] | None:
+    """The first and the last timestamp of the system records (None without any)."""
+    if isinstance(system, SystemColumns):
+        return system.time_range()
+    stamps = [float(r["Timestamp"]) for r in system]
+    return (min(stamps), max(stamps)) if stamps else None
+
+
+def _values(system: Sequence[Record]) -> dict[tuple[str, str], Any]:
+    """(node, dimension) -> an array of every value, sorted by key."""
+    if isinstance(system, SystemColumns):
+        return system.values()
+    grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for record in system:
+        grouped[(str(record["NodeId"]), str(record["Dimension"]))].append(float(record["Value"]))
+    return {key: np.array(values) for key, values in sorted(grouped.items())}
+
+
+def _step_groups(
+    steps: Sequence[Record], key: Callable[[Record], Any], keep: Callable[[Record], bool]
+) -> dict[Any, StepArrays]:
+    """The steps `keep` accepts, grouped by `key`, each group sorted by start time (stable).
+
+    `key` and `keep` may read only the labels: rank, node, phase, epoch.
+    """
+    return group_steps(steps, key, keep)
+
+
+def _starts(steps: Sequence[Record]) -> Any:
+    """Every step's start time, as an array."""
+    if isinstance(steps, StepColumns):
+        return steps.starts()
+    return np.array([float(s["start"]) for s in steps], dtype=float)
 
 
 def _params(values: Mapping[str, Any]) -> dict[str, str]:
@@ -246,7 +369,11 @@ def _pct(value: float) -> str:
     return f"{value:.0f} %"
 
 
-NO_GPU = "no GPU metrics on this run (a CPU host, or no NVML/nvidia-smi): nothing to judge"
+NO_GPU = "no GPU metrics on this run (a CPU host, or no NVML/nvidia-smi)"
+
+
+def _too_few(what: str, n: int) -> str:
+    return f"only {n} {what}: too few to judge (at least {MIN_SAMPLES})"
 
 
 # --- the GPU rules ------------------------------------------------------------------------------
@@ -256,12 +383,12 @@ def low_gpu_utilization(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
     result = RuleEvaluation("LowGPUUtilization", STATUS_OK, parameters=_params(p))
     series = _series(data.system, "GPUUtilization")
     if not series:
-        result.detail = NO_GPU
-        return result
+        return result.not_applicable(NO_GPU)
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     found: list[dict[str, Any]] = []
     notes = []
     datapoints = 0
+    judged = False
     for (node, gpu), (stamps, values) in series.items():
         datapoints = max(datapoints, len(values))
         patience, window, scaled = _scale(len(values), int(p["patience"]), int(p["window"]))
@@ -270,6 +397,7 @@ def low_gpu_utilization(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
             notes.append(_scaled_note(len(values), patience, window))
         if len(values) < MIN_SAMPLES:
             continue
+        judged = True
         last: dict[str, Any] | None = None
         for end in _scan_ends(stamps.tolist(), interval):
             seen = values[: _upto(stamps, end)]
@@ -288,6 +416,8 @@ def low_gpu_utilization(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
         if last is not None:
             found.append(last)
     result.violations, result.datapoints = result.trigger_count, datapoints
+    if not judged:
+        return result.not_applicable(_too_few("GPU utilization samples per GPU", datapoints))
     result.detail = "; ".join(sorted(set(notes))) or None
     if found:
         result.status = STATUS_ISSUES
@@ -314,27 +444,23 @@ def _bottleneck(
     """CPUBottleneck and IOBottleneck: the share of snapshots with a starved GPU and a busy host."""
     result = RuleEvaluation(name, STATUS_OK, parameters=_params(p))
     if not _has(data.system, "GPUUtilization"):
-        result.detail = NO_GPU
-        return result
+        return result.not_applicable(NO_GPU)
+    if not _has(data.system, dimension):
+        return result.not_applicable(f"no {dimension} samples on this host")
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     evidence: list[dict[str, Any]] = []
     notes = []
     total_points = 0
-    for node, snapshots in _snapshots(data.system).items():
-        flags = []
-        for _, records in snapshots:
-            gpu_low = any(
-                r["Dimension"] == "GPUUtilization" and float(r["Value"]) < float(p["gpu_threshold"]) for r in records
-            )
-            busy = any(r["Dimension"] == dimension and float(r["Value"]) > float(p[key]) for r in records)
-            flags.append(gpu_low and busy)
-        stamps = [stamp for stamp, _ in snapshots]
+    judged = False
+    flagged = _snapshot_flags(data.system, dimension, float(p["gpu_threshold"]), float(p[key]))
+    for node, (stamps, flags) in flagged.items():
         total_points += len(flags)
         patience, _, scaled = _scale(len(flags), int(p["patience"]))
         if scaled:
             notes.append(_scaled_note(len(flags), patience, None))
         if len(flags) < MIN_SAMPLES:
             continue
+        judged = True
         counts = np.cumsum(flags)
         percent = 0.0
         triggered = 0
@@ -356,6 +482,8 @@ def _bottleneck(
             }
         )
     result.violations, result.datapoints = result.trigger_count, total_points
+    if not judged:
+        return result.not_applicable(_too_few("snapshots per host", total_points))
     result.evidence = {"hosts": evidence}
     result.detail = "; ".join(sorted(set(notes))) or None
     if result.trigger_count:
@@ -388,20 +516,18 @@ def batch_size(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
     result = RuleEvaluation("BatchSize", STATUS_OK, parameters=_params(p))
     gpu_util = _series(data.system, "GPUUtilization")
     if not gpu_util:
-        result.detail = NO_GPU
-        return result
+        return result.not_applicable(NO_GPU)
     gpu_memory = _series(data.system, "GPUMemoryUtilization")
+    if not gpu_memory:
+        return result.not_applicable("no GPU memory samples on this run (nvidia-smi or NVML did not report them)")
+    if not _has(data.system, "CPUUtilization"):
+        return result.not_applicable("no CPUUtilization samples on this host")
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     found: list[dict[str, Any]] = []
     notes = []
     datapoints = 0
-    for node, snapshots in _snapshots(data.system).items():
-        cpu_stamps, cpu_total = [], []
-        for stamp, records in snapshots:
-            cores = [float(r["Value"]) for r in records if r["Dimension"] == "CPUUtilization"]
-            if cores:
-                cpu_stamps.append(stamp)
-                cpu_total.append(sum(cores) / len(cores))
+    judged = False
+    for node, (cpu_stamps, cpu_total) in _snapshot_means(data.system, "CPUUtilization").items():
         datapoints = max(datapoints, len(cpu_total))
         patience, window, scaled = _scale(len(cpu_total), int(p["patience"]), int(p["window"]))
         assert window is not None
@@ -424,6 +550,7 @@ def batch_size(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
                 memory = gpu_memory.get((node, gpu))
                 if k <= window or memory is None:
                     continue
+                judged = True
                 util_p95 = _q(values[:k][-window:], 0.95)
                 m = _upto(memory[0], end)
                 memory_p95 = _q(memory[1][:m][-window:], 0.95) if m else 0.0
@@ -439,6 +566,10 @@ def batch_size(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
                         }
                     )
     result.violations, result.datapoints = result.trigger_count, datapoints
+    if not judged:
+        return result.not_applicable(
+            f"only {datapoints} snapshots per host: too few for a window of GPU and CPU samples"
+        )
     result.detail = "; ".join(sorted(set(notes))) or None
     if found:
         result.status = STATUS_ISSUES
@@ -457,11 +588,11 @@ def gpu_memory_increase(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
     result = RuleEvaluation("GPUMemoryIncrease", STATUS_OK, parameters=_params(p))
     series = _series(data.system, "GPUMemoryUtilization")
     if not series:
-        result.detail = NO_GPU
-        return result
+        return result.not_applicable(NO_GPU)
     found: list[dict[str, Any]] = []
     notes = []
     datapoints = 0
+    judged = False
     for (node, gpu), (_, values) in series.items():
         datapoints = max(datapoints, len(values))
         patience, window, scaled = _scale(len(values), int(p["patience"]), int(p["window"]))
@@ -470,6 +601,7 @@ def gpu_memory_increase(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
             notes.append(_scaled_note(len(values), patience, window))
         if len(values) < MIN_SAMPLES or len(values) <= window + 1:
             continue
+        judged = True
         # Checked after every datapoint, as Debugger does: with i values seen, the moving average
         # of the last `window` minus the one a sample earlier (see the module's divergences).
         sums = np.concatenate([[0.0], np.cumsum(values)])
@@ -491,6 +623,8 @@ def gpu_memory_increase(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
                 }
             )
     result.violations, result.datapoints = result.trigger_count, datapoints
+    if not judged:
+        return result.not_applicable(_too_few("GPU memory samples per GPU", datapoints))
     result.detail = "; ".join(sorted(set(notes))) or None
     if found:
         result.status = STATUS_ISSUES
@@ -521,8 +655,7 @@ def load_balancing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  
     result = RuleEvaluation("LoadBalancing", STATUS_OK, parameters=_params(p))
     series = _series(data.system, "GPUUtilization")
     if not series:
-        result.detail = NO_GPU
-        return result
+        return result.not_applicable(NO_GPU)
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     # 0, 2, ..., 100: a saturated GPU's 100 % is counted (divergence: see the module docstring).
     edges = np.arange(0, 101, 2)
@@ -531,6 +664,9 @@ def load_balancing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  
     by_node: dict[str, list[tuple[str, Any, Any]]] = defaultdict(list)
     for (node, gpu), (stamps, values) in series.items():
         by_node[node].append((gpu, stamps, values))
+    if all(len(gpus) < 2 for gpus in by_node.values()):
+        return result.not_applicable("one GPU per host: LoadBalancing compares the GPUs of a host with each other")
+    judged = False
     for node, gpus in by_node.items():
         for i, (gpu_a, stamps_a, values_a) in enumerate(gpus):
             patience, _, scaled = _scale(len(values_a), int(p["patience"]))
@@ -539,6 +675,7 @@ def load_balancing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  
             if len(values_a) < MIN_SAMPLES:
                 continue
             for gpu_b, stamps_b, values_b in gpus[i + 1 :]:
+                judged = True
                 distance = 0.0
                 for end in _scan_ends(stamps_a.tolist(), interval):
                     a = values_a[: _upto(stamps_a, end)]
@@ -556,6 +693,8 @@ def load_balancing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  
                     found.append({"host": node, "gpus": [gpu_a, gpu_b], "distance": distance})
     result.violations = result.trigger_count
     result.datapoints = max((len(v) for _, v in series.values()), default=0)
+    if not judged:
+        return result.not_applicable(_too_few("GPU utilization samples per GPU", result.datapoints))
     result.detail = "; ".join(sorted(set(notes))) or None
     if found:
         result.status = STATUS_ISSUES
@@ -577,21 +716,26 @@ def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     result = RuleEvaluation("StepOutlier", STATUS_OK, parameters=_params(p))
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     mode = p.get("mode")
-    grouped: dict[tuple[str, str], list[Record]] = defaultdict(list)
-    for step in data.steps:
-        if mode in (None, "None", "") or step.get("phase") == mode:
-            grouped[(str(step.get("node", "")), str(step.get("phase", "TRAIN")))].append(step)
+    grouped = _step_groups(
+        data.steps,
+        lambda s: (str(s.get("node", "")), str(s.get("phase", "TRAIN"))),
+        lambda s: mode in (None, "None", "") or s.get("phase") == mode,
+    )
+    if not grouped:
+        phase = "" if mode in (None, "None", "") else f" in phase {mode}"
+        return result.not_applicable(f"no steps recorded{phase}")
     found: list[dict[str, Any]] = []
     notes = []
+    judged = False
     for (node, phase), steps in sorted(grouped.items()):
-        steps.sort(key=lambda s: float(s["start"]))
         needed, _, scaled = _scale(len(steps), int(p["n_steps"]))
         if scaled:
             notes.append(_scaled_note(len(steps), needed, None, "n_steps"))
         if len(steps) < MIN_SAMPLES:
             continue
-        stamps = [float(s["start"]) for s in steps]
-        durations = np.array([float(s["duration"]) for s in steps])
+        judged = True
+        stamps = steps.start.tolist()
+        durations = steps.duration
         last: dict[str, Any] | None = None
         for end in _scan_ends(stamps, interval):
             n = bisect.bisect_right(stamps, end)
@@ -609,7 +753,7 @@ def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
                     "mean_seconds": float(seen.mean()),
                     "outliers": len(outliers),
                     "steps": [
-                        {"rank": steps[i].get("rank"), "step": steps[i].get("step"), "seconds": float(durations[i])}
+                        {"rank": steps.get(i, "rank"), "step": steps.get(i, "step"), "seconds": float(durations[i])}
                         for i in outliers[:MAX_EVIDENCE_ITEMS]
                     ],
                 }
@@ -617,6 +761,8 @@ def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
             found.append(last)
     result.violations = result.trigger_count
     result.datapoints = len(data.steps)
+    if not judged:
+        return result.not_applicable(_too_few("steps per host and phase", max(map(len, grouped.values()))))
     result.detail = "; ".join(sorted(set(notes))) or None
     if found:
         result.status = STATUS_ISSUES
@@ -633,29 +779,24 @@ def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
 
 def data_stall(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     result = RuleEvaluation("DataStall", STATUS_OK, parameters=_params(p))
-    by_rank: dict[int, list[Record]] = defaultdict(list)
-    for step in data.steps:
-        if step.get("phase", "TRAIN") == "TRAIN":
-            by_rank[int(step.get("rank", 0))].append(step)
+    by_rank = _step_groups(data.steps, lambda s: int(s.get("rank", 0)), lambda s: s.get("phase", "TRAIN") == "TRAIN")
     if not by_rank:
-        result.detail = "no training steps recorded"
-        return result
+        return result.not_applicable("no training steps recorded")
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     threshold = float(p["threshold"])
     ranks: list[dict[str, Any]] = []
     notes = []
+    judged = False
     for rank, steps in sorted(by_rank.items()):
-        steps.sort(key=lambda s: float(s["start"]))
         patience, window, scaled = _scale(len(steps), int(p["patience"]), int(p["window"]))
         assert window is not None
         if scaled:
             notes.append(_scaled_note(len(steps), patience, window))
         if len(steps) < MIN_SAMPLES:
             continue
-        stamps = [float(s["start"]) for s in steps]
-        stall = np.array(
-            [float(s["data_wait"]) / float(s["duration"]) if float(s["duration"]) > 0 else 0.0 for s in steps]
-        )
+        judged = True
+        stamps = steps.start.tolist()
+        stall = np.divide(steps.data_wait, steps.duration, out=np.zeros(len(steps)), where=steps.duration > 0)
         median = 0.0
         triggered = 0
         for end in _scan_ends(stamps, interval):
@@ -669,14 +810,19 @@ def data_stall(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
         ranks.append(
             {
                 "rank": rank,
-                "host": steps[-1].get("node"),
+                "host": steps.get(len(steps) - 1, "node"),
                 "median_stall_fraction": median,
                 "steps": len(steps),
                 "triggered": triggered,
-                "window_steps": [int(steps[max(0, len(steps) - window)].get("step", 0)), int(steps[-1].get("step", 0))],
+                "window_steps": [
+                    int(steps.get(max(0, len(steps) - window), "step", 0)),
+                    int(steps.get(len(steps) - 1, "step", 0)),
+                ],
             }
         )
     result.violations, result.datapoints = result.trigger_count, sum(map(len, by_rank.values()))
+    if not judged:
+        return result.not_applicable(_too_few("training steps per rank", max(map(len, by_rank.values()))))
     result.detail = "; ".join(sorted(set(notes))) or None
     result.evidence = {"ranks": ranks, "loader": data.loader}
     if result.trigger_count:
@@ -701,7 +847,41 @@ def _loader_words(loader: Mapping[str, Any]) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
+def _relative_noise(losses: Sequence[float]) -> float:
+    """The per-step loss's scatter, as a fraction of the loss; a trend and a few odd steps aside.
+
+    From the differences of consecutive steps relative to their loss (a trend moves two
+    neighbouring steps little), their median absolute deviation (a few hard batches count little)
+    times 1.4826 (a standard deviation, for normal noise), over sqrt(2) (a difference holds the
+    noise of two steps).
+    """
+    values = np.array([value for value in losses if math.isfinite(value)], dtype=float)
+    if len(values) < 3:
+        return 0.0
+    level = (np.abs(values[1:]) + np.abs(values[:-1])) / 2
+    keep = level > 0
+    if not keep.any():
+        return 0.0
+    relative = np.diff(values)[keep] / level[keep]
+    deviation = float(np.median(np.abs(relative - np.median(relative))))
+    return 1.4826 * deviation / math.sqrt(2)
+
+
+def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912, PLR0915
+    """Every `num_steps` steps, the mean loss of the last `window` steps against the previous
+    check and the lowest so far (Debugger's semantics; see the module docstring).
+
+    Why `window` may be longer than `num_steps`: Debugger's 10 steps assume a loss whose 10-step
+    mean is steady to well within `increase_threshold_percent`, as with large batches. With small
+    batches (the offline demo: 4 images a step) one step's loss scatters by about 10 %, a 10-step
+    mean by about 3 %, and the lowest of a run's many such means sits a few standard errors below
+    the trend: a healthy, falling loss then rises "5 % above the lowest" by chance alone. So the
+    window is sized to the run's own noise: as many steps as make the standard error of its mean
+    at most a quarter of `increase_threshold_percent` (a real rise of that size is four standard
+    errors), and never fewer than `num_steps`. A loss as steady as Debugger assumes keeps
+    `num_steps`; a run too short for two checks of such windows is not judged (not applicable).
+    The checks stay every `num_steps` steps (a stopping rule reacts as soon as Debugger's would).
+    """
     result = RuleEvaluation("LossNotDecreasing", STATUS_OK, parameters=_params(p))
     mode = p.get("mode") or "TRAIN"
     per_step: dict[int, list[float]] = defaultdict(list)
@@ -710,19 +890,40 @@ def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
         if step.get("phase", "TRAIN") == mode and loss is not None:
             per_step[int(step["step"])].append(float(loss))
     if not per_step:
-        result.detail = f"no {mode} losses recorded"
-        return result
+        return result.not_applicable(f"no {mode} losses recorded")
     steps = sorted(per_step)
     losses = [sum(per_step[s]) / len(per_step[s]) for s in steps]
-    num_steps, _, scaled = _scale(len(losses), int(p["num_steps"]))
+    n = len(losses)
+    result.datapoints = n
+    if n < MIN_SAMPLES:
+        return result.not_applicable(_too_few(f"{mode} losses", n))
+    num_steps, _, scaled = _scale(n, int(p["num_steps"]))
+    threshold = float(p["increase_threshold_percent"]) / 100
+    noise = _relative_noise(losses)
+    window = num_steps
+    if threshold > 0 and noise > 0:
+        window = max(num_steps, math.ceil((NOISE_STANDARD_ERRORS * noise / threshold) ** 2))
+    # Debugger's cadence: a check every num_steps steps, the first once a window is full.
+    first = math.ceil(window / num_steps) * num_steps
+    if n < first + num_steps:
+        return result.not_applicable(
+            f"only {n} {mode} steps: one step's loss scatters by {100 * noise:.0f} %, so telling a "
+            f"rise of {p['increase_threshold_percent']} % from noise takes means over {window} steps, "
+            f"compared every {num_steps} steps ({first + num_steps} steps at least)"
+        )
+    notes = []
     if scaled:
-        result.detail = _scaled_note(len(losses), num_steps, None, "num_steps")
-    if len(losses) < MIN_SAMPLES:
-        return result
+        notes.append(_scaled_note(n, num_steps, None, "num_steps"))
+    if window > num_steps:
+        notes.append(
+            f"one step's loss scatters by {100 * noise:.0f} % (small batches): each check compares "
+            f"the mean of the last {window} steps, not {num_steps}, so that a rise of "
+            f"{p['increase_threshold_percent']} % is {NOISE_STANDARD_ERRORS} standard errors of it"
+        )
     checks = []
-    for start in range(0, len(losses) - num_steps + 1, num_steps):
-        chunk = losses[start : start + num_steps]
-        checks.append((steps[start + num_steps - 1], sum(chunk) / len(chunk)))
+    for end in range(first, n + 1, num_steps):
+        chunk = losses[end - window : end]
+        checks.append((steps[end - 1], sum(chunk) / len(chunk)))
     found: list[dict[str, Any]] = []
     lowest = math.inf
     for index, (at_step, loss) in enumerate(checks):
@@ -731,23 +932,40 @@ def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
             if not math.isfinite(loss):
                 bad = True
             elif loss > previous:
-                bad = loss > lowest * (1 + float(p["increase_threshold_percent"]) / 100)
+                bad = loss > lowest * (1 + threshold)
             else:
                 bad = previous - loss < float(p["diff_percent"]) / 100 * abs(previous)
             if bad:
                 found.append({"step": at_step, "loss": loss, "previous": previous, "lowest": lowest})
         lowest = min(lowest, loss)
     result.trigger_count = result.violations = len(found)
-    result.datapoints = len(checks)
-    result.evidence = {"checks": len(checks), "violations": _cut(found)}
+    result.detail = "; ".join(notes) or None
+    result.evidence = {
+        "checks": len(checks),
+        "window_steps": window,
+        "every_steps": num_steps,
+        "step_noise_percent": 100 * noise,
+        "first": {"step": checks[0][0], "loss": checks[0][1]},
+        "last": {"step": checks[-1][0], "loss": checks[-1][1]},
+        "lowest": lowest,
+        "violations": _cut(found),
+    }
     if found:
         result.status = STATUS_ISSUES
-        first = found[0]
+        first_found = found[0]
+        if not math.isfinite(first_found["loss"]):
+            what = "not a finite number: the training diverged"
+        elif first_found["loss"] > first_found["previous"]:
+            what = (
+                f"above the lowest so far ({first_found['lowest']:.4g}) by more than "
+                f"{p['increase_threshold_percent']} %"
+            )
+        else:
+            what = f"down from {first_found['previous']:.4g} by less than {p['diff_percent']} % in {num_steps} steps"
         result.recommendation = (
-            f"The training loss stopped going down: at step {first['step']} its mean over the "
-            f"last {num_steps} steps was {first['loss']:.4g}, above the lowest so far "
-            f"({first['lowest']:.4g}) by more than {p['increase_threshold_percent']} %. Lower the "
-            "learning rate, check the labels of newly added data, or stop early."
+            f"The training loss stopped going down: at step {first_found['step']} its mean over the "
+            f"last {window} steps was {first_found['loss']:.4g}, {what}. Lower the learning rate, "
+            "check the labels of newly added data, or stop early."
         )
     return result
 
@@ -759,12 +977,8 @@ def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
     result = RuleEvaluation("Dataloader", STATUS_OK, parameters=_params(p))
     workers = _series(data.system, "DataLoaderWorkers")
     if not workers:
-        result.detail = "no data-loader process counts recorded (psutil not available)"
-        return result
-    cores_by_node: dict[str, set[str]] = defaultdict(set)
-    for record in data.system:
-        if record.get("Dimension") == "CPUUtilization":
-            cores_by_node[str(record["NodeId"])].add(str(record["Name"]))
+        return result.not_applicable("no data-loader process counts recorded (psutil not available)")
+    cores_by_node = _names(data.system, "CPUUtilization")
     worker_cpu = _series(data.system, "DataLoaderWorkersCPUUtilization")
     trainers = {
         node: dict(zip(t.tolist(), v.tolist(), strict=True))
@@ -774,6 +988,8 @@ def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
     found: list[dict[str, Any]] = []
     hosts: list[dict[str, Any]] = []
     notes = []
+    judged = False
+    most_seconds = 0
     for (node, _), (stamps, values) in workers.items():
         # Per whole second, the most loading processes seen in it (Debugger: distinct PIDs per
         # second): workers, plus the training processes iterating the loader.
@@ -784,15 +1000,19 @@ def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
             count = float(value) + float(iterating.get(stamp, 0.0))
             per_second[second] = max(per_second.get(second, 0.0), count)
         seconds = sorted(per_second)
+        most_seconds = max(most_seconds, len(seconds))
         patience, _, scaled = _scale(len(seconds), int(p["patience"]))
         if scaled:
             notes.append(_scaled_note(len(seconds), patience, None))
         cores = len(cores_by_node.get(node, set())) or 1
         low, high = cores * float(p["min_threshold"]) / 100, cores * float(p["max_threshold"]) / 100
         median = 0.0
+        if len(seconds) < MIN_SAMPLES:
+            continue
+        judged = True
         for end in _scan_ends([float(s) for s in seconds], interval):
             n = bisect.bisect_right(seconds, end)
-            if n <= patience or len(seconds) < MIN_SAMPLES:
+            if n <= patience:
                 continue
             median = float(np.median([per_second[s] for s in seconds[:n]]))
             if median < low or median > high:
@@ -813,6 +1033,8 @@ def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
         result.trigger_count,
         sum(len(v) for _, v in workers.values()),
     )
+    if not judged:
+        return result.not_applicable(_too_few("seconds of data-loader samples per host", most_seconds))
     result.detail = "; ".join(sorted(set(notes))) or None
     result.evidence = {"hosts": hosts}
     if result.trigger_count and found:
@@ -835,15 +1057,14 @@ def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
 
 def max_initialization_time(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     result = RuleEvaluation("MaxInitializationTime", STATUS_OK, parameters=_params(p))
-    stamps = [float(r["Timestamp"]) for r in data.system]
-    first = data.started_at if data.started_at is not None else min(stamps, default=None)
+    span = _time_range(data.system)
+    first = data.started_at if data.started_at is not None else (span[0] if span else None)
     if first is None:
-        result.detail = "no timeline: neither a start time nor system samples"
-        return result
-    last = data.now if data.now is not None else max(stamps, default=first)
-    starts = [float(s["start"]) for s in data.steps]
+        return result.not_applicable("no timeline: neither a start time nor system samples")
+    last = data.now if data.now is not None else (span[1] if span else first)
+    starts = _starts(data.steps)
     limit = float(p["threshold"]) * 60
-    first_step = min(starts, default=None)
+    first_step = float(starts.min()) if len(starts) else None
     waited = (first_step if first_step is not None else last) - first
     result.datapoints = len(starts)
     result.evidence = {
@@ -864,12 +1085,10 @@ def max_initialization_time(data: ProfileData, p: Mapping[str, Any]) -> RuleEval
 
 def overall_system_usage(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     result = RuleEvaluation("OverallSystemUsage", STATUS_OK, parameters=_params(p))
-    grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for record in data.system:
-        grouped[(str(record["NodeId"]), str(record["Dimension"]))].append(float(record["Value"]))
+    if not data.system:
+        return result.not_applicable("no system samples recorded")
     usage: dict[str, dict[str, Any]] = defaultdict(dict)
-    for (node, dimension), values in sorted(grouped.items()):
-        array = np.array(values)
+    for (node, dimension), array in _values(data.system).items():
         usage[node][dimension] = {
             "p50": _q(array, 0.5),
             "p95": _q(array, 0.95),

@@ -1,32 +1,75 @@
 """The profiler as the training loop sees it: start, record steps, maybe stop, finish.
 
 - local rank 0 of every host starts the host's `SystemMonitor`; every rank keeps its step file;
-- rank 0 evaluates the rules every `rules_every_seconds` on what its host has written; when a rule
-  named in `stop_on` finds issues, every rank learns it at the next step (one broadcast of a flag
-  per step, only when some rule may stop the run) and leaves the epoch loop together;
+- rank 0 evaluates the rules every `rules_every_seconds` on what its host has written, in a
+  background thread (`RuleThread`) that reads the files incrementally into a compact
+  `store.ProfileStore`: the training thread never waits for an evaluation. When a rule named in
+  `stop_on` finds issues, every rank learns it at the next step boundary after that evaluation
+  finished (one broadcast of a flag per step from the training thread, only when some rule may
+  stop the run) and leaves the epoch loop together;
 - at the end, what lives on other hosts' disks (their system samples, their ranks' steps) travels
   to rank 0 over the process group (`gather_object`): only rank 0's output folder holds the
-  report. Rank 0 writes those files under `profile/`, evaluates every rule, and writes
-  `rules.json` and `report.html` beside `profile/`.
+  report. Rank 0 writes those files under `profile/`, reads what its store lacks, evaluates every
+  rule, and writes `rules.json` and `report.html` beside `profile/`;
+- `close()` (or leaving a `with` block) stops the threads and closes the files without any
+  result or collective, for a run that fails; `finish()` does it first. An interpreter that
+  exits without either stops them too (`atexit`).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from trainer.profiling import monitor, report, rules, steps
+from trainer.profiling import monitor, report, rules, steps, store
 
 log = logging.getLogger("trainer.profiling")
 
 MODES = ("builtin", "off")
+# How long close() waits for an evaluation in progress (finish() waits for it to end).
+CLOSE_TIMEOUT_SECONDS = 30.0
+
+
+class RuleThread:
+    """Calls `evaluate` every `every_seconds` (counted from the end of the previous call) in a
+    daemon thread, until `stop()`. A failing call is logged; the next one still comes."""
+
+    def __init__(self, every_seconds: float, evaluate: Callable[[], object], *, name: str = "profiler-rules") -> None:
+        self.every_seconds = every_seconds
+        self.evaluations = 0
+        self._evaluate = evaluate
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> RuleThread:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Asks the thread to end and waits for it (a call in progress finishes first); True
+        once it has ended, False if it still runs after `timeout` seconds."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_seconds):
+            try:
+                self._evaluate()
+            except Exception:
+                # An evaluation that fails must never take the training job down with it.
+                log.exception("profiler: the periodic rule evaluation failed; training goes on")
+            self.evaluations += 1
 
 
 class Profiler:
@@ -73,17 +116,34 @@ class Profiler:
         self.last_results: list[rules.RuleEvaluation] = []
         self._monitor: monitor.SystemMonitor | None = None
         self._timeline: steps.StepTimeline | None = None
-        self._last_rules = time.monotonic()
+        # Rank 0: what its evaluations have read so far, and the thread that evaluates.
+        self._store: store.ProfileStore | None = None
+        self._rules_thread: RuleThread | None = None
+        # One evaluation at a time: the thread's, a direct evaluate_now(), finish()'s.
+        self._evaluating = threading.Lock()
+        # The first stopping rule a finished evaluation found; read by should_stop().
+        self._verdict: str | None = None
+        self._started = False
 
     def start(self) -> Profiler:
-        if not self.enabled:
+        if not self.enabled or self._started:
             return self
+        self._started = True
         if self.local_rank == 0:
             self._monitor = monitor.SystemMonitor(
                 self.profile_dir, node=self.node, interval_ms=self.interval_ms
             ).start()
         self._timeline = steps.StepTimeline(self.profile_dir, self.rank, self.node)
+        if self.rank == 0 and self.rules_every_seconds > 0:
+            self._rules_thread = RuleThread(self.rules_every_seconds, self.evaluate_now).start()
+        atexit.register(self.close)
         return self
+
+    def __enter__(self) -> Profiler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def step(
         self,
@@ -114,19 +174,16 @@ class Profiler:
         """After a step, on every rank: the rule that stops the run, once one has (else None).
 
         A collective when some rule may stop the run: every rank must call it at every step.
+        It never evaluates: rank 0 sends the verdict of the latest evaluation its background
+        thread finished, so every rank stops after the same step, and none waits for the rules.
         """
         if not self.enabled:
             return None
         if self.stopped_by is not None:
             return self.stopped_by
-        due = (
-            self.rank == 0
-            and self.rules_every_seconds > 0
-            and time.monotonic() - self._last_rules >= self.rules_every_seconds
-        )
-        reason = self.evaluate_now() if due else None
         if not self.stop_on:
             return None
+        reason = self._verdict if self.rank == 0 else None
         if _distributed():
             flag = torch.tensor([1 if reason else 0], device=self.device)
             dist.broadcast(flag, src=0)
@@ -140,18 +197,26 @@ class Profiler:
     def evaluate_now(self) -> str | None:
         """Rank 0: the rules on this host's files so far; the first stopping rule that fired.
 
+        The background thread calls it every `rules_every_seconds`; a direct call waits for an
+        evaluation in progress. Only the lines appended since the previous evaluation are read.
         `rules.json` and `report.html` are rewritten too, so a running job's are current.
         """
-        self._last_rules = time.monotonic()
-        data = self._profile()
-        self.last_results = rules.evaluate(data, self.overrides)
-        report.write_outputs(self.output_dir, data, self.last_results, metrics=self._metrics())
-        for result in self.last_results:
+        with self._evaluating:
+            if self._store is None:
+                self._store = store.ProfileStore(self.profile_dir)
+            self._store.refresh()
+            data = self._profile(self._store)
+            results = rules.evaluate(data, self.overrides)
+            self.last_results = results
+            report.write_outputs(self.output_dir, data, results, metrics=self._metrics())
+        for result in results:
             if result.status == "IssuesFound":
                 log.warning("rule %s: %s", result.name, result.recommendation)
-        for result in self.last_results:
+        for result in results:
             if result.name in self.stop_on and result.status == "IssuesFound":
-                log.warning("stopping the run: rule %s found issues (--stop-on-rule)", result.name)
+                if self._verdict is None:
+                    log.warning("stopping the run: rule %s found issues (--stop-on-rule)", result.name)
+                    self._verdict = result.name
                 return result.name
         return None
 
@@ -163,24 +228,45 @@ class Profiler:
             return None
         return document
 
-    def _profile(self) -> rules.ProfileData:
-        data = report.load_profile(self.profile_dir, loader=self.loader)
-        data.started_at, data.now = self.started_at, time.time()
-        return data
+    def _profile(self, held: store.ProfileStore) -> rules.ProfileData:
+        return rules.ProfileData(
+            system=held.system,
+            steps=held.steps,
+            started_at=self.started_at,
+            now=time.time(),
+            loader=dict(self.loader),
+        )
+
+    def close(self, timeout: float | None = CLOSE_TIMEOUT_SECONDS) -> None:
+        """Stops the rule thread (an evaluation in progress may finish, for up to `timeout`
+        seconds) and the sampler, and closes the step file: no results, no collective. Safe to
+        call more than once, on any rank, after a failure."""
+        atexit.unregister(self.close)
+        thread, self._rules_thread = self._rules_thread, None
+        if thread is not None and not thread.stop(timeout):
+            log.warning("profiler: a rule evaluation still runs after %s s; not waiting for it", timeout)
+        if self._monitor is not None:
+            self._monitor.stop()
+            self._monitor = None
+        if self._timeline is not None:
+            self._timeline.close()
+            self._timeline = None
 
     def finish(self, *, job_name: str | None = None, metrics: Mapping[str, Any] | None = None) -> Path | None:
         """Every rank: stop sampling, send rank 0 what it lacks; rank 0 writes the results."""
         if not self.enabled:
             return None
-        if self._monitor is not None:
-            self._monitor.stop()
-        if self._timeline is not None:
-            self._timeline.close()
+        self.close(timeout=None)  # the evaluation in progress, if any, ends first
         self._gather()
         if self.rank != 0:
             return None
-        data = self._profile()
-        results = rules.evaluate(data, self.overrides)
+        with self._evaluating:
+            if self._store is None:
+                self._store = store.ProfileStore(self.profile_dir)
+            held = self._store
+            held.refresh()  # what was appended since the last evaluation, and other hosts' files
+            data = self._profile(held)
+            results = rules.evaluate(data, self.overrides)
         if self.stopped_by is not None:
             for result in results:
                 if result.name == self.stopped_by:

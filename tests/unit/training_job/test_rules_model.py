@@ -44,6 +44,32 @@ def test_the_builtin_back_ends_file_reads_with_the_shared_model() -> None:
     assert rules.rules[1].evidence == {}
 
 
+def test_a_rule_says_whether_it_could_judge_and_older_files_read_as_judged() -> None:
+    document = json.loads(json.dumps(BUILTIN))
+    reason = "no GPU metrics on this run (a CPU host, or no NVML/nvidia-smi)"
+    document["rules"].append(
+        {
+            "name": "GPUMemoryIncrease",
+            "status": "NoIssuesFound",
+            "applicable": False,
+            "not_applicable_reason": reason,
+            "source": "builtin",
+        }
+    )
+
+    rules = parse_rules_file(json.dumps(document))
+
+    gpu_memory = rules.rules[-1]
+    assert gpu_memory.status == "NoIssuesFound", "Debugger's vocabulary is kept"
+    assert not gpu_memory.applicable and gpu_memory.not_applicable_reason == reason
+    assert not gpu_memory.passed, "a rule with nothing to judge passed nothing"
+    assert [rule.name for rule in rules.not_applicable] == ["GPUMemoryIncrease"]
+    # BUILTIN as written before the field existed: its rules judged.
+    old = parse_rules_file(json.dumps(BUILTIN))
+    assert all(rule.applicable and rule.not_applicable_reason is None for rule in old.rules)
+    assert old.rules[1].passed and old.not_applicable == []
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -51,6 +77,7 @@ def test_the_builtin_back_ends_file_reads_with_the_shared_model() -> None:
         ({"source": "smppy"}, "source"),
         ({"trigger_count": -1}, "trigger_count"),
         ({"triggers": 3}, "triggers"),
+        ({"applicable": "maybe"}, "applicable"),
     ],
 )
 def test_a_rule_outside_the_contract_is_refused(change: dict[str, object], field: str) -> None:
