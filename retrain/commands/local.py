@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 
 from retrain.local import discovery
-from retrain.local.stack import OfflineStack, StackOptions
+from retrain.local.poller import DELIVERIES, Delivery
+from retrain.local.stack import OfflineStack, StackOptions, StackOptionsError
 from retrain.local.template import TemplateError
 
 app = typer.Typer(help="Run the system offline: moto, the real functions and state machine.")
@@ -23,6 +24,22 @@ TickOption = Annotated[
     float | None,
     typer.Option(help="Run every schedule at this interval in seconds instead of its own rate."),
 ]
+ConcurrencyOption = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Invocations each function may run at once, each in its own worker process "
+        "(1: all in this process, one at a time).",
+    ),
+]
+DeliveryOption = Annotated[
+    str,
+    typer.Option(
+        help="How SQS messages reach the functions: ordered, shuffled (out of order, across batches "
+        "too) or duplicated (shuffled, and some twice, as S3 notifies at least once).",
+    ),
+]
+SeedOption = Annotated[int | None, typer.Option(help="Seed of the shuffled or duplicated delivery (replays it).")]
 ParamOption = Annotated[
     list[str] | None,
     typer.Option("--param", help="Template parameter override, NAME=VALUE (repeatable)."),
@@ -37,6 +54,13 @@ def _parse_params(values: list[str] | None) -> dict[str, str]:
             raise typer.BadParameter(f"expected NAME=VALUE, got {value!r}", param_hint="--param")
         params[name] = setting
     return params
+
+
+def _delivery(value: str) -> Delivery:
+    for delivery in DELIVERIES:
+        if value == delivery:
+            return delivery
+    raise typer.BadParameter(f"one of {', '.join(DELIVERIES)}, not {value!r}", param_hint="--delivery")
 
 
 def _start(options: StackOptions) -> OfflineStack:
@@ -58,12 +82,24 @@ def describe(stack: OfflineStack) -> str:
     outputs = stack.created.outputs
     bucket = outputs["DataBucketName"]
     endpoint = stack.endpoint_url or "(in-process)"
+    options = stack.options
+    if options.lambda_concurrency > 1:
+        lambdas = f"up to {options.lambda_concurrency} invocations per function at once, each in a worker process"
+    else:
+        lambdas = "in this process, one invocation at a time"
+    delivery = f"{options.delivery}, {stack.poller.pollers} poller(s) per queue"
+    if options.delivery != "ordered":
+        delivery += f", seed {stack.poller.seed}"
+    if options.delivery == "duplicated":
+        delivery += f", {options.duplicate_fraction:.0%} of messages twice"
     lines = [
         f"AWS endpoint     {endpoint}",
         f"data bucket      s3://{bucket}",
         f"state machine    {outputs['RetrainStateMachineArn']}",
         f"topic            {outputs['NotificationTopicArn']}",
         f"functions        {', '.join(sorted(stack.runtime.functions))}",
+        f"Lambda           {lambdas}",
+        f"SQS delivery     {delivery}",
         f"Slack webhook    {'a loopback receiver (its URL is in the stack secret)' if stack.slack else 'off'}",
         "",
         "Drop a labeled batch in (any credentials work offline):",
@@ -74,13 +110,28 @@ def describe(stack: OfflineStack) -> str:
 
 
 @app.command()
-def up(
+def up(  # noqa: PLR0917 (a command's options are its parameters)
     port: PortOption = 0,
     tick_seconds: TickOption = None,
     param: ParamOption = None,
+    lambda_concurrency: ConcurrencyOption = 1,
+    delivery: DeliveryOption = "ordered",
+    delivery_seed: SeedOption = None,
 ) -> None:
     """Start the offline stack on loopback and keep it up until Ctrl-C."""
-    stack = _start(StackOptions(mode="server", port=port, tick_seconds=tick_seconds, parameters=_parse_params(param)))
+    try:
+        options = StackOptions(
+            mode="server",
+            port=port,
+            tick_seconds=tick_seconds,
+            parameters=_parse_params(param),
+            lambda_concurrency=lambda_concurrency,
+            delivery=_delivery(delivery),
+            delivery_seed=delivery_seed,
+        )
+    except StackOptionsError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    stack = _start(options)
     stopping = threading.Event()
 
     def request_stop(signum: int, frame: Any) -> None:

@@ -2,8 +2,10 @@
 
 `OfflineStack` starts moto (in-process `mock_aws` for tests, `ThreadedMotoServer` on loopback for
 `retrain local up`) with its Step Functions engine on, creates the template's resources, hosts the
-functions in-process, and plays the SQS event-source mappings and the schedules. `stop()` leaves
-nothing running: executions are stopped and their threads joined before moto goes away.
+functions in-process (or, with `lambda_concurrency` above one, in worker processes that run
+invocations at the same time), and plays the SQS event-source mappings and the schedules. `stop()`
+leaves nothing running: executions are stopped and their threads joined, and the worker processes
+ended, before moto goes away.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from moto import mock_aws
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from functions.common import prefixes
+from functions.common.errors import RetrainError
 from retrain.local import s3_events
 from retrain.local.clients import StackClients
 from retrain.local.emulators import EmulatorRegistry
@@ -32,7 +35,7 @@ from retrain.local.fsx import FsxEmulator
 from retrain.local.gateway import GatewayMotoServer
 from retrain.local.lambdas import LambdaRuntime
 from retrain.local.notifications import SlackReceiver, TopicInbox
-from retrain.local.poller import SqsPoller
+from retrain.local.poller import DELIVERIES, Delivery, SqsPoller
 from retrain.local.resources import CreatedStack, ResourceBuilder
 from retrain.local.template import Created, Resolver, TemplateError, load_template
 from retrain.local.ticker import Ticker
@@ -53,6 +56,10 @@ OFFLINE_PARAMETERS = {
     "TrainingSecurityGroupIds": "sg-0ff11e0000000001c",
 }
 LIST_TYPES = ("List<", "CommaDelimitedList")
+
+
+class StackOptionsError(RetrainError, ValueError):
+    """Options the offline stack cannot honour together."""
 
 
 @dataclass
@@ -80,6 +87,38 @@ class StackOptions:
     upload_trainer: bool = True
     # Start a loopback Slack webhook and store its URL in the stack's Slack secret.
     slack: bool = True
+    # Execution environments per function. 1: every handler in this process, one invocation at a
+    # time. Above 1 (server mode only): worker processes, that many per function at once.
+    lambda_concurrency: int = 1
+    # Pollers per SQS event-source mapping; None: one, or lambda_concurrency when above one.
+    sqs_pollers: int | None = None
+    # How the mappings deliver (see poller.py): in SQS's order, shuffled, or shuffled and some
+    # messages twice (duplicate_fraction of them), with choices drawn from delivery_seed (None: a
+    # random seed, logged).
+    delivery: Delivery = "ordered"
+    duplicate_fraction: float = 0.2
+    delivery_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.lambda_concurrency < 1:
+            raise StackOptionsError(f"lambda_concurrency is at least 1, not {self.lambda_concurrency}")
+        if self.lambda_concurrency > 1 and self.mode != "server":
+            raise StackOptionsError(
+                f"lambda_concurrency={self.lambda_concurrency} needs mode='server': concurrent invocations run "
+                "in worker processes, and other processes cannot reach moto running in-process (mode='mock', "
+                "mock_aws); use mode='server' or lambda_concurrency=1"
+            )
+        if self.sqs_pollers is not None and self.sqs_pollers < 1:
+            raise StackOptionsError(f"sqs_pollers is at least 1, not {self.sqs_pollers}")
+        if self.delivery not in DELIVERIES:
+            raise StackOptionsError(f"delivery is one of {', '.join(DELIVERIES)}, not {self.delivery!r}")
+        if not 0.0 <= self.duplicate_fraction <= 1.0:
+            raise StackOptionsError(f"duplicate_fraction is between 0 and 1, not {self.duplicate_fraction}")
+
+    @property
+    def pollers(self) -> int:
+        """Pollers per mapping: as many as a function may run invocations at once, unless told."""
+        return self.sqs_pollers if self.sqs_pollers is not None else self.lambda_concurrency
 
 
 class OfflineStack:
@@ -146,14 +185,31 @@ class OfflineStack:
             base_environment = dict(options.function_environment)
             if self.endpoint_url is not None:
                 base_environment["AWS_ENDPOINT_URL"] = self.endpoint_url
-            runtime = LambdaRuntime(region=options.region, account_id=ACCOUNT_ID, base_environment=base_environment)
+            if options.lambda_concurrency > 1:
+                # A worker signs its own requests to the server; offline, with the placeholders.
+                base_environment.update(FAKE_CREDENTIALS)
+            runtime = LambdaRuntime(
+                region=options.region,
+                account_id=ACCOUNT_ID,
+                base_environment=base_environment,
+                concurrency=options.lambda_concurrency,
+            )
             for spec in created.functions:
                 environment = {**spec.environment, **options.function_environment}
                 runtime.add(replace(spec, environment=environment))
             runtime.cold_start_all()
             self.emulators.register("lambda", "Invoke", runtime.handle_invoke)
             self._aws, self._created, self._runtime = aws, created, runtime
-            self._poller = SqsPoller(aws.sqs, runtime, options.region, window_override=options.batching_window_seconds)
+            self._poller = SqsPoller(
+                aws.sqs,
+                runtime,
+                options.region,
+                window_override=options.batching_window_seconds,
+                pollers=options.pollers,
+                delivery=options.delivery,
+                duplicate_fraction=options.duplicate_fraction,
+                seed=options.delivery_seed,
+            )
             for mapping in created.mappings:
                 self._poller.add(mapping)
             self._ticker = Ticker(
@@ -187,6 +243,9 @@ class OfflineStack:
             self._stop_emulators_and_moto()
 
     def _stop_emulators_and_moto(self) -> None:
+        if self._runtime is not None:
+            # After the poller, ticker and executions: nothing invokes any more.
+            self._runtime.close()
         if self.slack is not None:
             self.slack.stop()
             self.slack = None
