@@ -1,6 +1,7 @@
 """Intake at scale: Lambda invocations per upload, runs per drop, cold start, package size.
 
     .venv/bin/python benchmarks/bench_intake.py [--objects 1000] [--drops 3] [--repeats 5]
+        [--full-size-pairs 20] [--full-size-only]
 
 Run from the repository root. Prints `name: value` lines on stdout, progress on stderr:
 - `lambda_invocations_per_1000_objects`: an annotation team's burst of uploads (distinct small
@@ -10,6 +11,15 @@ Run from the repository root. Prints `name: value` lines on stdout, progress on 
 - `executions_per_data_drop`: drops one after another, each closed by its `_COMPLETE` marker
   (MinNewPairs=1, SettleSeconds=0), every schedule fired twice more after each run; Step
   Functions executions over drops (target: exactly 1).
+- `intake_seconds_per_object_2048x1024`: `--full-size-pairs` street scenes at 2048x1024 (JPEG
+  quality 90 and PNG mask, bench_validation.py's generator) through the real handler on the
+  offline stack, delivered in one SQS batch: the intake function's wall time per object.
+  `intake_full_batch_seconds` extrapolates it to the template's BatchSize, and
+  `intake_batch_time_fraction` divides that by the intake function's Timeout (the infrastructure
+  issue wants at most 0.5). S3 and DynamoDB are moto in the same process, so their latency is
+  not AWS's. `intake_batch_time_fraction_at_lambda_cpu` scales the fraction to the vCPU share
+  Lambda gives the function's MemorySize (1,769 MB buy one vCPU), as if all of it were CPU work
+  on a core as fast as this one: an upper estimate.
 - `intake_cold_start_import_seconds`, `boto3_import_seconds`, `intake_import_vs_boto3_ratio`:
   `import functions.intake.app` in a fresh interpreter with the function's environment, as on
   Lambda (tracing on), against a bare `import boto3`; medians over `--repeats`, after one
@@ -41,10 +51,13 @@ from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 
+from bench_validation import SIZE as FULL_SIZE
+from bench_validation import street_pair
 from packaging.requirements import Requirement
 from PIL import Image
 
-from retrain.local.stack import OfflineStack, StackOptions
+from retrain.local.stack import DEFAULT_TEMPLATE, OfflineStack, StackOptions
+from retrain.local.template import load_template
 from retrain.synth import draw_scene
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,6 +202,76 @@ def executions_per_drop(drops: int, pairs: int) -> float:
         if not_succeeded:
             raise SystemExit(f"bench_intake: runs did not succeed: {not_succeeded}")
         return len(runs()) / drops
+
+
+# ------------------------------------------------------ full-size objects --
+LAMBDA_MB_PER_VCPU = 1769  # Lambda's documented memory size that comes with one full vCPU
+
+
+def template_intake_settings() -> tuple[int, int, int]:
+    """(BatchSize, Timeout in seconds, MemorySize in MB) of the intake function, from template.yaml."""
+    template = load_template(DEFAULT_TEMPLATE)
+    props = template.resources[INTAKE]["Properties"]
+    (event,) = props["Events"].values()
+
+    def resolved(name: str) -> int:
+        value = props.get(name, template.function_globals.get(name))
+        if isinstance(value, dict) and "Ref" in value:
+            value = template.parameters[value["Ref"]]["Default"]
+        return int(value)
+
+    return int(event["Properties"]["BatchSize"]), resolved("Timeout"), resolved("MemorySize")
+
+
+def full_size_seconds_per_object(pairs: int) -> float:
+    """Wall seconds of the intake function per object, for 2048x1024 pairs in one SQS batch."""
+    log(f"[full size] drawing {pairs} pairs of {FULL_SIZE[0]}x{FULL_SIZE[1]}")
+    drawn = [street_pair(seed) for seed in range(pairs)]
+    # The emulator discards an invocation that outlives its timeout: measure here without one (the
+    # template's timeout is what the time is compared with).
+    unlimited = {"FunctionTimeoutSeconds": "900", "IntakeVisibilityTimeoutSeconds": "5400"}
+    options = StackOptions(
+        parameters=unlimited, poll=False, tick=False, batching_window_seconds=0, function_environment=QUIET
+    )
+    with quiet_stdout(), OfflineStack(options) as stack:
+        (mapping,) = stack.poller.mappings
+        # S3 announces a new notification configuration with an s3:TestEvent: not an upload.
+        while stack.poller.poll_once(mapping, wait_seconds=0.5).received:
+            pass
+        before = len(stack.runtime.invocations)
+        for index, (image, label) in enumerate(drawn):
+            put(stack, f"incoming/full-size/images/{index:04d}.jpg", image)
+            put(stack, f"incoming/full-size/labels/{index:04d}.png", label)
+        received = 0
+        while delivered := stack.poller.poll_once(mapping, wait_seconds=0.5).received:
+            received += delivered
+        invocations = [i for i in stack.runtime.invocations[before:] if INTAKE in i.function]
+        failed = [i for i in invocations if i.failed]
+        if failed or received != 2 * pairs:
+            raise SystemExit(f"bench_intake: {received} of {2 * pairs} delivered, failed: {failed[:1]}")
+        pages = stack.aws.dynamodb.get_paginator("scan").paginate(TableName=stack.ref("LedgerTable"))
+        fates = [i["status"]["S"] for page in pages for i in page["Items"] if i["sk"]["S"].startswith("file#")]
+        if fates.count("curated") != 2 * pairs:
+            raise SystemExit(f"bench_intake: not every full-size object was curated: {sorted(set(fates))}")
+        seconds = sum(i.duration_seconds for i in invocations)
+        log(f"[full size] {received} objects in {len(invocations)} invocations, {seconds:.1f} s")
+        return seconds / received
+
+
+def report_full_size(pairs: int) -> None:
+    batch_size, timeout, memory_mb = template_intake_settings()
+    per_object = full_size_seconds_per_object(pairs)
+    full_batch = per_object * batch_size
+    vcpu = min(1.0, memory_mb / LAMBDA_MB_PER_VCPU)
+    metric("intake_seconds_per_object_2048x1024", f"{per_object:.3f}")
+    metric(
+        "intake_full_batch_seconds",
+        f"{full_batch:.1f} (extrapolated: {2 * pairs} objects timed, batch size {batch_size})",
+    )
+    metric("intake_function_timeout_seconds", timeout)
+    metric("intake_batch_time_fraction", f"{full_batch / timeout:.3f}")
+    metric("intake_lambda_vcpu_share", f"{vcpu:.2f} ({memory_mb} MB)")
+    metric("intake_batch_time_fraction_at_lambda_cpu", f"{full_batch / timeout / vcpu:.3f}")
 
 
 # ------------------------------------------------------------ cold start --
@@ -388,6 +471,13 @@ def main() -> None:
     parser.add_argument("--pairs-per-drop", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5, help="imports timed per module")
     parser.add_argument(
+        "--full-size-pairs",
+        type=int,
+        default=20,
+        help="2048x1024 pairs timed through the intake (extrapolated to a full batch)",
+    )
+    parser.add_argument("--full-size-only", action="store_true", help="only the 2048x1024 measurement")
+    parser.add_argument(
         "--installed-only",
         action="store_true",
         help="measure the package from the installed distributions, without pip",
@@ -396,6 +486,11 @@ def main() -> None:
     os.chdir(ROOT)
     started = time.monotonic()
 
+    if args.full_size_only:
+        report_full_size(args.full_size_pairs)
+        log(f"[done] in {time.monotonic() - started:.0f} s")
+        return
+
     per_thousand, per_invocation, batch_size, window = invocations_per_thousand(args.objects)
     metric("lambda_invocations_per_1000_objects", f"{per_thousand:.1f}")
     metric("intake_objects_per_invocation", f"{per_invocation:.1f}")
@@ -403,6 +498,8 @@ def main() -> None:
 
     log(f"[drops] {args.drops} drops of {args.pairs_per_drop} pairs, one after another")
     metric("executions_per_data_drop", f"{executions_per_drop(args.drops, args.pairs_per_drop):g}")
+
+    report_full_size(args.full_size_pairs)
 
     log(f"[imports] {args.repeats} fresh interpreters per module")
     intake = import_seconds("functions.intake.app", args.repeats)

@@ -27,7 +27,14 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 STATE_INDEX = "state"
+# A batch's place in the state index. A closed batch whose curated pairs are all in a dataset
+# version is "consumed": it leaves the closed list, so the trigger's reads do not grow with history.
+BATCH_OPEN, BATCH_CLOSED, BATCH_CONSUMED = "batch-open", "batch-closed", "batch-consumed"
 LOCK_PK = "lock#retrain"
+# `retrain data purge` holds the lock while it erases, so that no dataset version is frozen
+# meanwhile. Its holder names start with this; ':' is in no Step Functions execution name, so a
+# purge's lease is never taken for a run's (whose execution the trigger would look up).
+PURGE_HOLDER_PREFIX = "purge:"
 RecordT = TypeVar("RecordT", bound=BaseModel)
 
 
@@ -110,9 +117,12 @@ class Ledger:
         return record.model_copy(update={"last_seen": last_seen}), self._revision(item)
 
     def touch_batch(self, batch: str, now: datetime) -> None:
-        """Note activity in a batch, creating it (open) if it is new; never conflicts."""
+        """Note activity in a batch, creating it (open) if it is new; never conflicts.
+
+        A consumed batch is closed again: the late object may be new data for the next run.
+        """
         initial = BatchRecord(batch=batch, first_seen=now, last_seen=now)
-        self._db.update_item(
+        updated = self._db.update_item(
             TableName=self._table,
             Key={"pk": {"S": f"batch#{batch}"}, "sk": {"S": "batch"}},
             UpdateExpression=(
@@ -124,10 +134,32 @@ class Ledger:
             ExpressionAttributeValues={
                 ":now": {"S": _iso(now)},
                 ":initial": {"S": initial.model_dump_json()},
-                ":open": {"S": "batch-open"},
+                ":open": {"S": BATCH_OPEN},
                 ":one": {"N": "1"},
             },
-        )
+            ReturnValues="ALL_NEW",  # UPDATED_NEW may leave out a state_pk that if_not_exists kept
+        ).get("Attributes", {})
+        if updated.get("state_pk", {}).get("S") == BATCH_CONSUMED:
+            self._unconsume_batch(batch)
+
+    def _unconsume_batch(self, batch: str) -> None:
+        # Conditional on the state alone, not on a revision read earlier: whoever comes late must
+        # still bring the batch back, and a batch already back needs nothing (the check fails).
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": f"batch#{batch}"}, "sk": {"S": "batch"}},
+                UpdateExpression="SET state_pk = :closed, revision = revision + :one",
+                ConditionExpression="state_pk = :consumed",
+                ExpressionAttributeValues={
+                    ":closed": {"S": BATCH_CLOSED},
+                    ":consumed": {"S": BATCH_CONSUMED},
+                    ":one": {"N": "1"},
+                },
+            )
+        except ClientError as error:
+            if not _conditional_failed(error):
+                raise
 
     def close_batch(self, record: BatchRecord, revision: int) -> None:
         """Mark a batch closed, if nobody closed it since we read revision `revision`."""
@@ -141,7 +173,7 @@ class Ledger:
                 ExpressionAttributeNames={"#record": "record"},
                 ExpressionAttributeValues={
                     ":record": {"S": record.model_dump_json()},
-                    ":closed": {"S": "batch-closed"},
+                    ":closed": {"S": BATCH_CLOSED},
                     ":at": {"S": _iso(closed_at)},
                     ":next": {"N": str(revision + 1)},
                     ":previous": {"N": str(revision)},
@@ -158,7 +190,7 @@ class Ledger:
         for item in self._query(
             IndexName=STATE_INDEX,
             KeyConditionExpression="state_pk = :state",
-            ExpressionAttributeValues={":state": {"S": "batch-open"}},
+            ExpressionAttributeValues={":state": {"S": BATCH_OPEN}},
         ):
             last_seen = datetime.fromisoformat(item["last_seen"]["S"])
             if last_seen < cutoff:
@@ -166,17 +198,45 @@ class Ledger:
                 found.append(record.model_copy(update={"last_seen": last_seen}))
         return found
 
-    def closed_batches(self) -> list[BatchRecord]:
+    def closed_batches(self) -> list[tuple[BatchRecord, int]]:
+        """Closed batches not yet consumed, with their revisions: what the trigger looks at."""
         return [
-            self._record(item, BatchRecord).model_copy(
-                update={"last_seen": datetime.fromisoformat(item["last_seen"]["S"])}
+            (
+                self._record(item, BatchRecord).model_copy(
+                    update={"last_seen": datetime.fromisoformat(item["last_seen"]["S"])}
+                ),
+                self._revision(item),
             )
             for item in self._query(
                 IndexName=STATE_INDEX,
                 KeyConditionExpression="state_pk = :state",
-                ExpressionAttributeValues={":state": {"S": "batch-closed"}},
+                ExpressionAttributeValues={":state": {"S": BATCH_CLOSED}},
             )
         ]
+
+    def consume_batch(self, record: BatchRecord, revision: int) -> bool:
+        """Take a closed batch out of the closed list, once every curated pair it held when read
+        (at `revision`, last seen at `record.last_seen`) is in a dataset version. False if it
+        changed meanwhile: an object that came since moved `last_seen`, and may be new data."""
+        try:
+            self._db.update_item(
+                TableName=self._table,
+                Key={"pk": {"S": f"batch#{record.batch}"}, "sk": {"S": "batch"}},
+                UpdateExpression="SET state_pk = :consumed, revision = :next",
+                ConditionExpression="state_pk = :closed AND revision = :previous AND last_seen = :seen",
+                ExpressionAttributeValues={
+                    ":consumed": {"S": BATCH_CONSUMED},
+                    ":closed": {"S": BATCH_CLOSED},
+                    ":next": {"N": str(revision + 1)},
+                    ":previous": {"N": str(revision)},
+                    ":seen": {"S": _iso(record.last_seen)},
+                },
+            )
+        except ClientError as error:
+            if _conditional_failed(error):
+                return False
+            raise
+        return True
 
     # -------------------------------------------------------------- files --
     def put_file(self, record: FileRecord) -> None:
@@ -187,6 +247,10 @@ class Ledger:
             record,
             extra={"status": {"S": record.status.value}},
         )
+
+    def file(self, batch: str, key: str, version: str) -> FileRecord | None:
+        item = self._get(f"batch#{batch}", f"file#{key}#{version}")
+        return self._record(item, FileRecord) if item else None
 
     def files(self, batch: str) -> list[FileRecord]:
         return [
@@ -271,7 +335,28 @@ class Ledger:
             return original["key"]["S"] if original else None
         return None
 
+    def claims(self) -> list[tuple[str, str]]:
+        """Every content claim as `(sha256, key)`. A claim is found by its hash only, so finding
+        the ones that name a key takes a scan of the table: for erasures and audits, which are
+        rare, never for the intake."""
+        found: list[tuple[str, str]] = []
+        pages = self._db.get_paginator("scan").paginate(
+            TableName=self._table,
+            FilterExpression="begins_with(pk, :content)",
+            ProjectionExpression="pk, #key",
+            ExpressionAttributeNames={"#key": "key"},
+            ExpressionAttributeValues={":content": {"S": "content#"}},
+            ConsistentRead=True,
+        )
+        for page in pages:
+            found += [(item["pk"]["S"].removeprefix("content#"), item["key"]["S"]) for item in page["Items"]]
+        return sorted(found)
+
     # --------------------------------------------------------------- lock --
+    @staticmethod
+    def is_purge_holder(holder: str) -> bool:
+        return holder.startswith(PURGE_HOLDER_PREFIX)
+
     def lock(self) -> LockRecord | None:
         item = self._get(LOCK_PK, "lock")
         return self._record(item, LockRecord) if item else None
@@ -315,12 +400,12 @@ class Ledger:
 
     # ---------------------------------------------- overview and erasure --
     def batches(self) -> list[BatchRecord]:
-        """Every batch, open and closed (`retrain data status`)."""
+        """Every batch, open, closed and consumed (`retrain data status`)."""
         return [
             self._record(item, BatchRecord).model_copy(
                 update={"last_seen": datetime.fromisoformat(item["last_seen"]["S"])}
             )
-            for state in ("batch-open", "batch-closed")
+            for state in (BATCH_OPEN, BATCH_CLOSED, BATCH_CONSUMED)
             for item in self._query(
                 IndexName=STATE_INDEX,
                 KeyConditionExpression="state_pk = :state",

@@ -9,20 +9,30 @@ Order of a purge, chosen so that an interrupted one is finished by running it ag
 first (the trigger stops putting the pair into new dataset versions), then the objects, then the
 manifests, then a second look at the bucket (something written meanwhile is erased too), then
 the batch reports.
+
+A purge holds the trigger's lock while it works (`PurgeLease`), so that no dataset version is
+frozen meanwhile: a trigger that read the pairs before the ledger's items went could otherwise
+write a manifest after the purge rewrote the manifests, still listing the erased pair. While a
+run holds the lock the purge changes nothing and says so (`LockHeldError`), or waits for it. A dry
+run takes no lock.
 """
 
 from __future__ import annotations
 
+import secrets
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from functions.common import prefixes
 from functions.common.contracts import ManifestEntry
-from functions.common.errors import RetrainError
+from functions.common.errors import ObjectGoneError, RetrainError
+from functions.data.audit import object_sha256
 from functions.data.erasure import (
     ErasedPair,
     ManifestChange,
@@ -32,8 +42,8 @@ from functions.data.erasure import (
     parse_target,
     stem_of,
 )
-from functions.data.ledger import Ledger
-from functions.data.models import BatchStatus, FileRecord, ObjectVersion, PairRecord
+from functions.data.ledger import PURGE_HOLDER_PREFIX, Ledger
+from functions.data.models import BatchStatus, FileRecord, LockRecord, ObjectVersion, PairRecord
 from functions.data.reports import write_report
 from functions.data.status import utc_now
 from functions.data.storage import DataBucket, DeleteRefusedError
@@ -41,10 +51,133 @@ from functions.validation import Role
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_stepfunctions import SFNClient
+
+# Short: a purge that dies keeps the trigger from freezing a dataset version for at most this
+# long. The lease is renewed before every step, so a long purge keeps it.
+PURGE_LEASE_SECONDS = 300
+# A trigger takes the lock a moment before it starts the run named after it: a run that does not
+# exist yet may be on its way until no trigger can still be running (Lambda's longest timeout).
+STARTING_RUN_SECONDS = 15 * 60
+WAIT_POLL_SECONDS = 15.0
 
 
 class PurgeError(RetrainError):
     """S3 refused part of an erasure; running the same purge again finishes it."""
+
+
+class LockHeldError(RetrainError):
+    """A run (or another purge) holds the trigger's lock: the purge changed nothing."""
+
+    def __init__(self, lock: LockRecord) -> None:
+        if Ledger.is_purge_holder(lock.holder):
+            message = (
+                f"another purge ({lock.holder}) holds the retraining lock until {lock.expires_at:%Y-%m-%d %H:%M:%S} "
+                "UTC: nothing was changed; retry after it, or pass --wait"
+            )
+        else:
+            message = (
+                f"run {lock.holder} holds the retraining lock (since {lock.acquired_at:%Y-%m-%d %H:%M:%S} UTC), "
+                "and a purge must not erase while a dataset version may be frozen: nothing was changed; "
+                "retry after the run ends, or pass --wait to erase as soon as it does"
+            )
+        super().__init__(message)
+        self.lock = lock
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Whether a lock's run is still going, asked of Step Functions: the trigger's own rule (a
+    lease whose run ended, or never started, is taken over). Without it a purge takes every
+    unexpired lease of a run as held."""
+
+    sfn: SFNClient
+    state_machine_arn: str
+
+    def running(self, lock: LockRecord, now: datetime) -> bool:
+        arn = f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{lock.holder}"
+        try:
+            status = self.sfn.describe_execution(executionArn=arn)["status"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
+                return (now - lock.acquired_at).total_seconds() < STARTING_RUN_SECONDS
+            raise
+        return status == "RUNNING"
+
+
+@dataclass
+class PurgeLease:
+    """The trigger's lock, held by a purge (`purge:<UTC time>-<random>`).
+
+    Released by ending the lease, not by deleting the item: a trigger that read the lock free
+    before the purge took it may be about to take it (`attribute_not_exists`), with pairs read
+    before the erasure; an item still there makes that write fail. Every renewal writes a new
+    holder name, for the same reason: a trigger that saw the lease lapse cannot take over the
+    renewed one by the old name."""
+
+    ledger: Ledger
+    record: LockRecord
+    clock: Callable[[], datetime]
+    seconds: float = PURGE_LEASE_SECONDS
+
+    @classmethod
+    def take(
+        cls,
+        ledger: Ledger,
+        *,
+        clock: Callable[[], datetime],
+        runs: Runs | None = None,
+        wait: bool = False,
+        on_wait: Callable[[LockRecord], None] = lambda _: None,
+        poll_seconds: float = WAIT_POLL_SECONDS,
+        seconds: float = PURGE_LEASE_SECONDS,
+    ) -> PurgeLease:
+        """Take the lock, or raise `LockHeldError` (with `wait`: wait until it is free)."""
+        while True:
+            now = clock()
+            current = ledger.lock()
+            if current is not None and _held(current, now, runs):
+                if not wait:
+                    raise LockHeldError(current)
+                on_wait(current)
+                time.sleep(poll_seconds)
+                continue
+            record = _purge_record(now, seconds)
+            if ledger.acquire_lock(record, replacing=current):
+                return cls(ledger, record, clock, seconds)
+            # Someone took it between our look and our write: look again.
+
+    def renew(self) -> None:
+        """Extend the lease before the next step; `PurgeError` if it lapsed and was taken over."""
+        record = _purge_record(self.clock(), self.seconds, acquired_at=self.record.acquired_at)
+        if not self.ledger.acquire_lock(record, replacing=self.record):
+            raise PurgeError(
+                f"the purge's lease on the retraining lock ({self.record.holder}) lapsed and was taken over; "
+                "run the same purge again to finish"
+            )
+        self.record = record
+
+    def end(self) -> None:
+        """Let the lease lapse now. Never raises: an end that fails lapses by itself within the lease."""
+        spent = self.record.model_copy(update={"expires_at": self.clock()})
+        try:
+            self.ledger.acquire_lock(spent, replacing=self.record)
+        except (ClientError, BotoCoreError):
+            return
+
+
+def _purge_record(now: datetime, seconds: float, acquired_at: datetime | None = None) -> LockRecord:
+    holder = f"{PURGE_HOLDER_PREFIX}{now:%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
+    return LockRecord(holder=holder, acquired_at=acquired_at or now, expires_at=now + timedelta(seconds=seconds))
+
+
+def _held(lock: LockRecord, now: datetime, runs: Runs | None) -> bool:
+    """Whether `lock` keeps a purge out: a live purge's lease, or a run's that may be running."""
+    if now >= lock.expires_at:
+        return False
+    if Ledger.is_purge_holder(lock.holder) or runs is None:
+        return True
+    return runs.running(lock, now)
 
 
 @dataclass
@@ -60,6 +193,8 @@ class _Subject:
     files: list[FileRecord] = field(default_factory=list)
     objects: list[ObjectVersion] = field(default_factory=list)
     named_keys: set[str] = field(default_factory=set)  # where the ledger says copies went
+    version_hashes: set[str] = field(default_factory=set)  # of every image version in the bucket
+    named_claims: list[tuple[str, str]] = field(default_factory=list)  # content claims naming it
 
     @property
     def ident(self) -> tuple[str, str]:
@@ -67,10 +202,13 @@ class _Subject:
 
     @property
     def found(self) -> bool:
-        return bool(self.pair or self.files or self.objects)
+        # A claim alone is found too: an erasure cut short (or an older one) left it behind.
+        return bool(self.pair or self.files or self.objects or self.named_claims)
 
     def image_hashes(self) -> set[str]:
-        hashes = {f.sha256 for f in self.files if f.role is Role.IMAGE and f.sha256}
+        # Every version's: a superseded version's record keeps no sha256, yet its bytes were claimed.
+        hashes = {f.sha256 for f in self.files if f.role is Role.IMAGE and f.sha256} | self.version_hashes
+        hashes |= {sha256 for sha256, _ in self.named_claims}
         if self.pair is not None and self.pair.image is not None and self.pair.image.check.sha256:
             hashes.add(self.pair.image.check.sha256)
         return hashes
@@ -84,7 +222,7 @@ class _Subject:
         }
         if self.pair is not None and self.pair.image is not None and self.pair.image.check.sha256:
             claims.add((self.pair.image.check.sha256, f"{self.pair.batch}/{self.pair.image.check.key}"))
-        return sorted(claims)
+        return sorted(claims | set(self.named_claims))
 
 
 @dataclass
@@ -101,11 +239,13 @@ class Purger:
 
     def __init__(self, ledger: Ledger, s3: S3Client, bucket: str, clock: Callable[[], datetime] = utc_now) -> None:
         self._ledger = ledger
+        self._s3 = s3
         self._data = DataBucket(s3, bucket)
         self._clock = clock
         self._listings: dict[str, list[ObjectVersion]] = {}
         self._files: dict[str, list[FileRecord]] = {}
         self._pairs: dict[str, list[PairRecord]] = {}
+        self._claims: list[tuple[str, str]] | None = None
 
     # ------------------------------------------------------------ finding --
     def find(self, targets: list[Target]) -> dict[tuple[str, str], _Subject]:
@@ -140,6 +280,51 @@ class Purger:
         named |= {prefixes.reason_key(k) for k in named if k.startswith(prefixes.QUARANTINE)}
         subject.named_keys = named
         subject.objects = self.objects_of(subject)
+        if subject.stem is not None:
+            subject.version_hashes = self._version_hashes(subject)
+        subject.named_claims = [claim for claim in self._every_claim() if self._names(subject, claim[1])]
+
+    def _version_hashes(self, subject: _Subject) -> set[str]:
+        """The sha256 of every image version of the pair in the bucket: read where no record
+        knows it (a version uploaded again is recorded `superseded`, without its hash)."""
+        known = {(f.key, f.version): f.sha256 for f in subject.files if f.sha256}
+        known |= {
+            (f.destination, f.destination_version or "null"): f.sha256
+            for f in subject.files
+            if f.sha256 and f.destination
+        }
+        batch, images = subject.batch, prefixes.IMAGES_DIR
+        folders = (
+            f"{prefixes.INCOMING}{batch}/{images}/",
+            f"{prefixes.DATASET}{images}/{batch}/",
+            f"{prefixes.QUARANTINE}{batch}/{images}/",
+        )
+        hashes = set()
+        for version in subject.objects:
+            image = version.key.startswith(folders) and not version.key.endswith(prefixes.REASON_SUFFIX)
+            if version.delete_marker or not image:
+                continue
+            sha256 = known.get((version.key, version.version_id))
+            if sha256 is None:
+                try:
+                    sha256 = object_sha256(self._s3, self._data.name, version.key, version.version_id)
+                except ObjectGoneError:
+                    continue  # deleted meanwhile: nothing left to find copies of
+            hashes.add(sha256)
+        return hashes
+
+    def _every_claim(self) -> list[tuple[str, str]]:
+        if self._claims is None:
+            self._claims = self._ledger.claims()
+        return self._claims
+
+    def _names(self, subject: _Subject, claimed: str) -> bool:
+        """Whether a claim's `<batch>/<relative>` is the subject's image (under any of its names)."""
+        batch, _, relative = claimed.partition("/")
+        landing = prefixes.landing_key(batch, relative)
+        if subject.stem is None:
+            return batch == subject.batch and landing == subject.key
+        return batch == subject.batch and self._is_part(subject, landing)
 
     def objects_of(self, subject: _Subject) -> list[ObjectVersion]:
         """Every version and delete marker of the subject's files, in every zone."""
@@ -322,14 +507,46 @@ def purge(
     *,
     dry_run: bool = False,
     clock: Callable[[], datetime] = utc_now,
+    runs: Runs | None = None,
+    wait: bool = False,
+    on_wait: Callable[[LockRecord], None] = lambda _: None,
+    poll_seconds: float = WAIT_POLL_SECONDS,
 ) -> PurgeReport:
     """Erase what `keys` name (see `parse_target`) everywhere; with `dry_run`, only say what.
 
-    Raises `PurgeUsageError` before touching anything when a KEY names nothing erasable.
+    Raises `PurgeUsageError` before touching anything when a KEY names nothing erasable, and
+    `LockHeldError` when a run holds the trigger's lock (with `wait`: waits for it, calling
+    `on_wait` at each look). `runs` tells a run that ended from one still going.
     """
     if not keys:
         raise PurgeUsageError("name at least one KEY to erase")
     targets = [parse_target(key, bucket) for key in keys]
+    if dry_run:
+        return _purge(ledger, s3, bucket, keys=keys, targets=targets, clock=clock, lease=None)
+    lease = PurgeLease.take(ledger, clock=clock, runs=runs, wait=wait, on_wait=on_wait, poll_seconds=poll_seconds)
+    try:
+        return _purge(ledger, s3, bucket, keys=keys, targets=targets, clock=clock, lease=lease)
+    finally:
+        lease.end()
+
+
+def _purge(
+    ledger: Ledger,
+    s3: S3Client,
+    bucket: str,
+    *,
+    keys: list[str],
+    targets: list[Target],
+    clock: Callable[[], datetime],
+    lease: PurgeLease | None,
+) -> PurgeReport:
+    """The purge itself; dry without a lease, which is renewed before every step that erases."""
+    dry_run = lease is None
+
+    def step() -> None:
+        if lease is not None:
+            lease.renew()
+
     at = clock()
     purger = Purger(ledger, s3, bucket, clock)
     subjects = purger.find(targets)
@@ -340,6 +557,7 @@ def purge(
     warnings = _warnings(ledger, plans, at)
     ledger_items: list[str] = []
     for subject in erasing:
+        step()
         ledger_items += ledger.erase(
             subject.batch,
             stem=subject.stem,
@@ -373,14 +591,20 @@ def purge(
     )
     if dry_run:
         return report
+    step()
     purger.delete(objects)
-    changes = [purger.rewrite_manifest(plan, at) for plan in plans]
+    changes = []
+    for plan in plans:
+        step()
+        changes.append(purger.rewrite_manifest(plan, at))
     # A second look: an intake that was mid-way may have written a copy meanwhile.
+    step()
     purger.forget()
     late = _unique(o for s in erasing for o in purger.objects_of(s))
     purger.delete(late)
     purger.forget()
     remaining = _unique(o for s in erasing for o in purger.objects_of(s))
+    step()
     return report.model_copy(
         update={
             "objects": _unique([*objects, *late]),
@@ -417,12 +641,15 @@ def _unique(versions: Iterable[ObjectVersion]) -> list[ObjectVersion]:
 
 
 def _warnings(ledger: Ledger, plans: list[_ManifestPlan], at: datetime) -> list[str]:
+    """For a dry run: a run that holds the lock (a purge holds it itself while it erases)."""
     lock = ledger.lock()
-    touched = {_version_of(plan.key) for plan in plans if plan.removed}
-    if lock is None or at >= lock.expires_at or lock.holder not in touched:
+    if lock is None or at >= lock.expires_at or Ledger.is_purge_holder(lock.holder):
         return []
-    return [
-        f"run {lock.holder} holds the lock and trains on a dataset version that held these "
-        "files: its FSx copy and training instances keep them until it ends (stop it to "
-        "erase them now)"
-    ]
+    found = [f"run {lock.holder} holds the retraining lock: a purge is refused while it runs (or waits for it, --wait)"]
+    touched = {_version_of(plan.key) for plan in plans if plan.removed}
+    if lock.holder in touched:
+        found.append(
+            f"run {lock.holder} trains on a dataset version that held these files: its FSx copy and "
+            "training instances keep them until it ends (stop it to erase them now)"
+        )
+    return found

@@ -146,7 +146,8 @@ class Intake:
 
     # ------------------------------------------------------------ batches --
     def _touch(self, batch: str) -> None:
-        # A late object of a closed batch still belongs to it (its report is rewritten).
+        # A late object of a closed batch still belongs to it (its report is rewritten), and of a
+        # consumed one brings it back to the trigger's list of closed batches.
         self.ledger.touch_batch(batch, self.clock())
         self.touched.add(batch)
 
@@ -249,6 +250,10 @@ class Intake:
             return FileStatus.PENDING
         pair = self._judge(pair, arrived=side)
         self.ledger.put_pair(pair, revision + 2)
+        if pair.status is PairStatus.VALID:
+            # New data exists only from here on. Had the trigger consumed the batch since this
+            # object's first touch (a judgement slower than the settle period), this brings it back.
+            self._touch(batch)
         return _file_status(pair.status)
 
     def _judge(self, pair: PairRecord, arrived: Side) -> PairRecord:
@@ -266,6 +271,9 @@ class Intake:
         for role, side in ((Role.IMAGE, pair.image), (Role.LABEL, pair.label)):
             if side != arrived and side.check.reasons:
                 continue  # quarantined when it arrived, broken on its own
+            if side != arrived and self._set_aside(pair.batch, side) is not None:
+                # Quarantined with its earlier partner: it stays there (its landing copy is gone).
+                continue
             if _curated(pair, role):
                 # Curated with its earlier partner (which the new upload superseded): that version's
                 # fate is sealed, and its landing copy is gone. Only the new upload is set aside.
@@ -298,8 +306,18 @@ class Intake:
                 # landing copy was removed then (nothing to copy, nothing to record again).
                 continue
             destination = prefixes.curated_key(pair.batch, side.check.key)
-            copied = self.bucket.copy(side.key, side.version, destination)
-            self.bucket.remove(side.key, side.version)  # only now: the copy above is confirmed
+            held = self._set_aside(pair.batch, side)
+            if held is None:
+                copied = self.bucket.copy(side.key, side.version, destination)
+                self.bucket.remove(side.key, side.version)  # only now: the copy above is confirmed
+            else:
+                # Set aside with an earlier partner (rejected, a duplicate, or never came): its
+                # landing copy is gone, so it is curated from quarantine, which then lets it go.
+                quarantined, quarantined_version = held
+                copied = self.bucket.copy(quarantined, quarantined_version, destination)
+                self.bucket.remove(quarantined, quarantined_version)
+                reason = prefixes.reason_key(quarantined)
+                self.bucket.delete_versions(v for v in self.bucket.versions(reason) if v.key == reason)
             update[f"{role.value}_destination"] = destination
             update[f"{role.value}_destination_version"] = copied
             self._record(
@@ -315,6 +333,16 @@ class Intake:
         return pair.model_copy(update=update)
 
     # -------------------------------------------------------- quarantine --
+    def _set_aside(self, batch: str, side: Side) -> tuple[str, str | None] | None:
+        """Where this version's quarantine copy is, if it was quarantined (its landing copy is
+        then gone): a file set aside because of its partner can be judged again with a new one."""
+        record = self.ledger.file(batch, side.key, side.version)
+        if record is None or record.status not in {FileStatus.QUARANTINED, FileStatus.DUPLICATE}:
+            return None
+        if record.destination is None:
+            return None
+        return record.destination, record.destination_version
+
     def _quarantine(
         self,
         batch: str,

@@ -6,6 +6,10 @@ Starting freezes a dataset version (a manifest of every curated pair of settled 
 by S3 VersionId and sha256) and starts the state machine with the version as execution name, all
 under a lock lease in DynamoDB. A lease whose holder is not running (finished, killed, or never
 started) is taken over, so a lost run cannot block retraining forever.
+
+A settled batch whose curated pairs are all in a dataset version is consumed (it leaves the
+ledger's list of closed batches), so deciding reads only the batches that may hold new pairs,
+however many came before. A late object brings its batch back (`Ledger.touch_batch`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from functions.common.errors import DatasetVersionNotFoundError
 from functions.common.models import TriggerInput
 from functions.common.taxonomy import Taxonomy
 from functions.data.ledger import Ledger
-from functions.data.models import BatchRecord, LockRecord, PairRecord
+from functions.data.models import BatchRecord, LockRecord, PairRecord, PairStatus
 from functions.data.storage import DataBucket
 
 if TYPE_CHECKING:
@@ -102,16 +106,25 @@ class Trigger:
         lock = self.ledger.lock()
         if lock is not None and self._holder_running(lock, now):
             return TriggerOutcome(started=None, reason=f"a run holds the lock: {lock.holder}")
-        settled = {
-            batch.batch: batch
-            for batch in self.ledger.closed_batches()
-            if (now - batch.last_seen).total_seconds() >= self.policy.settle_seconds
-        }
-        curated = [p for p in self.ledger.valid_pairs() if p.batch in settled or p.dataset_version]
-        new = [p for p in curated if p.dataset_version is None]
+        revisions: dict[str, int] = {}
+        settled: dict[str, BatchRecord] = {}
+        for batch, revision in self.ledger.closed_batches():
+            if (now - batch.last_seen).total_seconds() >= self.policy.settle_seconds:
+                settled[batch.batch], revisions[batch.batch] = batch, revision
+        # New pairs can only be in closed batches not yet consumed: read those batches' pairs alone.
+        new = [
+            pair
+            for name in settled
+            for pair in self.ledger.pairs(name)
+            if pair.status is PairStatus.VALID and pair.dataset_version is None
+        ]
+        holding_new = {pair.batch for pair in new}
+        self._consume([(settled[name], revisions[name]) for name in settled if name not in holding_new])
         decision = decide(new, settled, now, self.policy)
         if not decision.start:
             return TriggerOutcome(started=None, reason=decision.reason)
+        # The manifest is cumulative: only starting a run reads every curated pair there is.
+        curated = [p for p in self.ledger.valid_pairs() if p.batch in settled or p.dataset_version]
         entries = [self._entry(pair) for pair in sorted(curated, key=lambda p: (p.batch, p.stem))]
         splits = {entry.split for entry in entries}
         if splits != {"train", "val"}:
@@ -136,6 +149,7 @@ class Trigger:
             if found is not None:
                 record, revision = found
                 self.ledger.put_pair(record.model_copy(update={"dataset_version": version}), revision + 1)
+        self._consume([(settled[name], revisions[name]) for name in sorted(holding_new)])
         return TriggerOutcome(started=version, reason=decision.reason)
 
     def rerun(self, dataset_version: str, run: str) -> TriggerOutcome:
@@ -158,9 +172,18 @@ class Trigger:
     def release(self, holder: str) -> bool:
         return self.ledger.release_lock(holder)
 
+    def _consume(self, batches: list[tuple[BatchRecord, int]]) -> None:
+        """Consume batches whose curated pairs, as read, are all in a dataset version. One that an
+        object reached since (its `last_seen` moved) stays closed for the next look."""
+        for batch, revision in batches:
+            self.ledger.consume_batch(batch, revision)
+
     def _holder_running(self, lock: LockRecord, now: datetime) -> bool:
         if now >= lock.expires_at:
             return False
+        if Ledger.is_purge_holder(lock.holder):
+            # A purge is erasing (no execution to look up): its short lease says how long it may.
+            return True
         try:
             status = self.sfn.describe_execution(executionArn=self._execution_arn(lock.holder))["status"]
         except ClientError as error:

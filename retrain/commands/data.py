@@ -1,18 +1,22 @@
-"""`retrain data status` and `retrain data purge KEY...`: look at the data, erase it on request.
+"""`retrain data status`, `retrain data audit` and `retrain data purge KEY...`: look at the data,
+check that the bucket, the ledger and the manifests agree, erase it on request.
 
-Both talk to a deployed stack (`--stack NAME`: the bucket and the ledger table from its outputs),
+All three talk to a deployed stack (`--stack NAME`: the bucket and the ledger table from its outputs),
 to the offline stack `retrain local up` runs in another terminal (no flags at all), or to what
 `--bucket` / `--ledger-table` (or `DATA_BUCKET` / `LEDGER_TABLE`) and `--endpoint-url` name.
-The work itself is in `functions/data/` (`status.py`, `purge.py`).
+The work itself is in `functions/data/` (`status.py`, `audit.py`, `purge.py`).
 
-Exit codes: 0 done; 1 a KEY matched nothing (the others were still erased); 2 usage error
-(a missing option, a KEY that names no image, label or pair, a bucket or table that is not
-there); 3 the erasure was cut short (run the same command again to finish it).
+Exit codes: 0 done (an audit: clean); 1 a KEY matched nothing (the others were still erased), a
+run holds the retraining lock (the purge changed nothing), or the audit found discrepancies; 2
+usage error (a missing option, a KEY that names no image, label or pair, a bucket or table that is
+not there); 3 the erasure was cut short (run the same command again to finish it).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, NoReturn
 from urllib.parse import urlparse
@@ -22,12 +26,16 @@ import typer
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from functions.common import clients
+from functions.data.audit import DEFAULT_GRACE_SECONDS, KIND_TITLES, AuditReport, AuditUsageError, Kind, audit
 from functions.data.erasure import PurgeReport, PurgeUsageError
 from functions.data.ledger import Ledger
-from functions.data.purge import PurgeError, purge
+from functions.data.models import LockRecord
+from functions.data.purge import LockHeldError, PurgeError, Runs, purge
 from functions.data.status import DataStatus, data_status
 from retrain import target as targets
 from retrain.local.stack import FAKE_CREDENTIALS, StackOptions
@@ -37,7 +45,10 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
 
-app = typer.Typer(help="Look at the intake's data, and erase images on request.", no_args_is_help=True)
+app = typer.Typer(
+    help="Look at the intake's data, check that bucket and ledger agree, and erase images on request.",
+    no_args_is_help=True,
+)
 console = Console()
 errors = Console(stderr=True)
 
@@ -211,6 +222,119 @@ def _print_status(found: DataStatus) -> None:
     console.print(versions)
 
 
+# ------------------------------------------------------------------ audit --
+@app.command(name="audit")
+def audit_command(
+    *,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    bucket: BucketOption = None,
+    ledger_table: LedgerOption = None,
+    region: RegionOption = None,
+    as_json: JsonOption = False,
+    grace_seconds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Objects and pending records younger than this are listed as too recent to judge "
+            "(the intake may be working on them), not as discrepancies.",
+        ),
+    ] = DEFAULT_GRACE_SECONDS,
+) -> None:
+    """Check that every object version in incoming/, dataset/ and quarantine/ has exactly one
+    fate in the ledger, that every ledger record names an object that is there, that every
+    manifest line pins bytes with the sha256 it records, and that no duplicate-detection claim
+    names an erased file. Reads only. Exit 0 clean, 1 discrepancies, 2 usage or connection error."""
+    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    try:
+        with _hash_bar() as bar:
+            report = audit(ledger, s3, name, grace_seconds=grace_seconds, progress=bar)
+    except AuditUsageError as error:
+        _fail(str(error), 2)
+    except (ClientError, BotoCoreError) as error:
+        _fail(f"cannot read the data: {error}", 2)
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        _print_audit(report)
+    raise typer.Exit(0 if report.clean else 1)
+
+
+class _HashBar:
+    """The audit's `HashProgress`: a bar on stderr (stdout stays clean for --json)."""
+
+    def __init__(self, bar: Progress) -> None:
+        self._bar = bar
+        self._task: TaskID | None = None
+
+    def begin(self, objects: int, total_bytes: int) -> None:
+        self._task = self._bar.add_task(f"hashing {objects} object versions", total=total_bytes)
+
+    def advance(self, read_bytes: int) -> None:
+        if self._task is not None:
+            self._bar.advance(self._task, read_bytes)
+
+
+@contextmanager
+def _hash_bar() -> Iterator[_HashBar]:
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=errors,
+        transient=True,
+        disable=not errors.is_terminal,
+    )
+    with bar:
+        yield _HashBar(bar)
+
+
+def _print_audit(report: AuditReport) -> None:
+    checked = report.checked
+    console.print(
+        f"Audited {report.bucket} at {_when(report.at)} UTC: {checked.object_versions} object versions, "
+        f"{checked.file_records} file records, {checked.pairs} pairs, {checked.claims} content claims, "
+        f"{checked.manifest_lines} lines of {checked.manifests} manifests "
+        f"({checked.objects_hashed} object versions, {checked.bytes_hashed} bytes hashed).",
+        soft_wrap=True,
+    )
+    for kind in Kind:
+        found = [d for d in report.discrepancies if d.kind is kind]
+        if not found:
+            continue
+        table = Table(title=f"{KIND_TITLES[kind]} ({kind.value}: {len(found)})", title_justify="left")
+        # Keys whole (an engineer copies them into the next command); the version under its key.
+        table.add_column("object or item (version)", no_wrap=True)
+        table.add_column("what is wrong")
+        for discrepancy in found:
+            table.add_row(_with_version(discrepancy.subject, discrepancy.version), escape(discrepancy.detail))
+        console.print(table)
+    if report.too_recent:
+        waiting = Table(
+            title=f"Too recent to judge (younger than {report.grace_seconds} s: {len(report.too_recent)})",
+            title_justify="left",
+        )
+        waiting.add_column("object or item (version)", no_wrap=True)
+        waiting.add_column("since")
+        waiting.add_column("state")
+        for recent in report.too_recent:
+            waiting.add_row(_with_version(recent.subject, recent.version), _when(recent.at), escape(recent.detail))
+        console.print(waiting)
+    if report.clean:
+        console.print("[green]Clean:[/green] bucket, ledger and manifests agree.")
+    else:
+        count, kinds = len(report.discrepancies), len({d.kind for d in report.discrepancies})
+        console.print(
+            f"[red]{count} {'discrepancy' if count == 1 else 'discrepancies'}[/red] "
+            f"of {kinds} {'kind' if kinds == 1 else 'kinds'}."
+        )
+
+
+def _with_version(subject: str, version: str | None) -> str:
+    return f"{escape(subject)}\n[dim]{escape(version)}[/dim]" if version else escape(subject)
+
+
 # ------------------------------------------------------------------ purge --
 @app.command(name="purge")
 def purge_command(
@@ -231,15 +355,39 @@ def purge_command(
     region: RegionOption = None,
     as_json: JsonOption = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be erased; change nothing.")] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="If a run holds the retraining lock, wait until it ends (not refuse).")
+    ] = False,
+    state_machine_arn: Annotated[
+        str | None,
+        typer.Option(
+            envvar="STATE_MACHINE_ARN",
+            help="The retraining state machine, to tell a lock whose run has ended from one still running "
+            "(default: from --stack's outputs; without it an unexpired lock counts as held).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Erase images and their labels everywhere, for erasure requests: every S3 version of the
-    landing, curated and quarantine copies, the ledger's items, and their manifest lines.
-    Exit 0 done, 1 a KEY matched nothing, 2 usage error, 3 cut short (run it again)."""
+    landing, curated and quarantine copies, the ledger's items, and their manifest lines. Holds
+    the retraining lock while it erases, so no dataset version is frozen meanwhile.
+    Exit 0 done, 1 a KEY matched nothing or a run holds the lock (nothing changed), 2 usage error,
+    3 cut short (run it again)."""
     ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    runs = _runs(state_machine_arn, endpoint_url, stack, region, named=bool(endpoint_url or bucket or ledger_table))
+    seen: set[str] = set()
+
+    def waiting(lock: LockRecord) -> None:
+        if lock.holder not in seen:
+            seen.add(lock.holder)
+            errors.print(f"waiting for {lock.holder} to release the retraining lock ...", soft_wrap=True)
+
     try:
-        report = purge(ledger, s3, name, keys, dry_run=dry_run)
+        report = purge(ledger, s3, name, keys, dry_run=dry_run, runs=runs, wait=wait, on_wait=waiting)
     except PurgeUsageError as error:
         _fail(str(error), 2)
+    except LockHeldError as error:
+        _fail(str(error), 1)
     except (PurgeError, ClientError, BotoCoreError) as error:
         _fail(f"the erasure was cut short: {error}. Run the same command again to finish.", 3)
     if as_json:
@@ -249,6 +397,32 @@ def purge_command(
     if report.remaining:
         raise typer.Exit(3)
     raise typer.Exit(1 if report.unmatched else 0)
+
+
+def _runs(
+    state_machine_arn: str | None, endpoint_url: str | None, stack: str | None, region: str | None, *, named: bool
+) -> Runs | None:
+    """Step Functions, to ask whether the run holding the lock still runs: the state machine
+    named, or the stack's (deployed, or the offline one when no names were given)."""
+    if state_machine_arn:
+        offline = bool(endpoint_url) and urlparse(endpoint_url).hostname in LOOPBACK
+        session = boto3.session.Session(region_name=region or (StackOptions().region if offline else None))
+        # As `_connect` signs for the offline stack: any credentials, when none are configured.
+        fake = (FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        credentials = fake if offline and session.get_credentials() is None else None
+        sfn = clients.make(
+            "stepfunctions", session=session, endpoint_url=endpoint_url, config=CLI_CONFIG, credentials=credentials
+        )
+        return Runs(sfn, state_machine_arn)
+    if named and not stack:
+        return None
+    try:
+        # `_connect` resolved it a moment ago and said which: this look is silent.
+        target = targets.resolve(stack, region)
+    except targets.TargetError:
+        return None
+    found = target.outputs.get("RetrainStateMachineArn")
+    return Runs(target.client("stepfunctions"), found) if found else None
 
 
 def _print_purge(report: PurgeReport) -> None:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from PIL import Image
+from typer.testing import CliRunner
 
+from retrain.cli import app
 from retrain.local.stack import OfflineStack
 from retrain.synth import draw_scene
 
@@ -148,3 +150,25 @@ def wait_until(condition: Any, timeout: float = 20, message: str = "condition") 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {message}")
         time.sleep(0.05)
+
+
+def audit(stack: OfflineStack, *args: str) -> tuple[int, dict[str, Any]]:
+    """`retrain data audit --json` as an engineer runs it against the stack: its exit code and report."""
+    env = {"DATA_BUCKET": stack.ref("DataBucket"), "LEDGER_TABLE": stack.ref("LedgerTable")}
+    # A server-mode stack is reached at its endpoint; under mock_aws every client reaches moto.
+    endpoint = ["--endpoint-url", stack.endpoint_url] if stack.endpoint_url else []
+    result = CliRunner().invoke(app, ["data", "audit", "--json", *endpoint, *args], env=env)
+    assert result.exit_code in {0, 1}, result.output
+    return result.exit_code, json.loads(result.stdout)
+
+
+def object_versions(stack: OfflineStack, prefix: str) -> dict[str, list[str]]:
+    """Every key under `prefix` with its versions (delete markers as "delete-marker")."""
+    pages = stack.aws.s3.get_paginator("list_object_versions").paginate(Bucket=stack.ref("DataBucket"), Prefix=prefix)
+    found: dict[str, list[str]] = {}
+    for page in pages:
+        for version in page.get("Versions", []):
+            found.setdefault(version["Key"], []).append(version["VersionId"])
+        for marker in page.get("DeleteMarkers", []):
+            found.setdefault(marker["Key"], []).append("delete-marker")
+    return found

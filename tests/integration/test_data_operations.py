@@ -3,16 +3,30 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
-from typing import Any
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any, TypeVar
 
 import pytest
 from typer.testing import CliRunner
 
+from functions.common import clients
 from functions.common.contracts import parse_manifest
+from functions.data.ledger import Ledger
+from functions.data.purge import LockHeldError, PurgeLease, purge
 from retrain.cli import app
 from retrain.local.stack import OfflineStack, StackOptions
 from tests.integration.conftest import DATA
@@ -22,6 +36,7 @@ from tests.integration.data_drops import (
     drain,
     executions,
     scene,
+    status_by_key,
     upload,
     upload_pair,
     wait_until,
@@ -165,6 +180,40 @@ def test_a_rejected_pair_a_stray_file_and_a_copy_of_a_photo_elsewhere_are_erased
     )
 
 
+def claimants(stack: OfflineStack) -> dict[str, str]:
+    """The content index: which file first claimed each image sha256."""
+    return {i["pk"]["S"].removeprefix("content#"): i["key"]["S"] for i in ledger_items(stack) if "key" in i}
+
+
+def test_an_image_replaced_after_curation_is_erased_with_the_claims_of_both_its_versions(
+    data_stack: OfflineStack,
+) -> None:
+    # Dresden uploaded a street photo with its label, then replaced the photo with another one.
+    street, replacement = scene(20), scene(21)
+    upload_pair(data_stack, "dresden", "street", street)
+    drain(data_stack)
+    upload(data_stack, "incoming/dresden/images/street.jpg", replacement.image)
+    drain(data_stack)
+    assert len(versions(data_stack, "dataset/images/dresden/street.jpg")) == 2, "both photos were curated"
+    claimed = [sha for sha, key in claimants(data_stack).items() if key == "dresden/images/street.jpg"]
+    assert len(claimed) == 2, f"each photo's bytes are claimed by the street: {claimed}"
+
+    result = cli(data_stack, "purge", "dresden/street", "--json")
+
+    assert result.exit_code == 0, result.output
+    left = {sha: key for sha, key in claimants(data_stack).items() if key == "dresden/images/street.jpg"}
+    assert left == {}, f"the erased street still claims these bytes: {left}"
+    assert versions(data_stack, "dataset/images/dresden/") == set(), "a version of the photo is still there"
+    again = cli(data_stack, "purge", "dresden/street")
+    assert again.exit_code == 1 and "matched nothing" in again.output, again.output
+
+    # Later the first photo comes back under another name: it is new data, not a copy of the erased one.
+    upload_pair(data_stack, "dresden", "avenue", street)
+    drain(data_stack)
+    assert status_by_key(data_stack)["incoming/dresden/images/avenue.jpg"] == "curated"
+    assert claimants(data_stack)[hashlib.sha256(street.image).hexdigest()] == "dresden/images/avenue.jpg"
+
+
 def test_a_dry_run_says_what_it_would_erase_and_changes_nothing(
     data_stack: OfflineStack,
 ) -> None:
@@ -301,3 +350,296 @@ def _no_stray_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The commands read DATA_BUCKET and LEDGER_TABLE: only what a test passes counts."""
     monkeypatch.delenv("DATA_BUCKET", raising=False)
     monkeypatch.delenv("LEDGER_TABLE", raising=False)
+
+
+# ------------------------------------------------------------ purges and the trigger's lock --
+TRIGGER = "retrain-local-TriggerFunction"
+
+
+def hold_runs(stack: OfflineStack) -> str:
+    """Runs wait an hour (each holds the lock until its Finish, played by the test, releases it)."""
+    machine = create_machine(stack, "waits_an_hour.asl.json")
+    spec = stack.runtime.spec(TRIGGER)
+    stack.runtime.add(replace(spec, environment={**spec.environment, "STATE_MACHINE_ARN": machine}))
+    return machine
+
+
+def trigger(stack: OfflineStack, **event: str) -> dict[str, Any]:
+    invocation = stack.runtime.invoke(TRIGGER, event)
+    assert not invocation.failed, invocation.payload
+    return invocation.payload  # type: ignore[no-any-return]
+
+
+def finish(stack: OfflineStack, run: str) -> None:
+    """What the run's last state does: release its lock and look for new data."""
+    assert trigger(stack, action="release", holder=run)["released"] is True, f"{run} did not hold the lock"
+
+
+def ledger_of(stack: OfflineStack) -> Ledger:
+    return Ledger(stack.aws.dynamodb, stack.ref("LedgerTable"))
+
+
+def a_running_run(stack: OfflineStack, batch: str, seeds: range) -> str:
+    """A drop whose marker starts a run that holds the lock; the run's name."""
+    drop(stack, batch, seeds)
+    drain(stack)
+    wait_until(lambda: len(executions(stack)) == 1, message="a run holding the lock")
+    (run,) = executions(stack)
+    return str(run["name"])
+
+
+def manifest_versions(stack: OfflineStack) -> dict[tuple[str, str], list[str]]:
+    """Every version of every manifest, by (key, version id): the images it lists."""
+    bucket = stack.ref("DataBucket")
+    listed = {(k, v) for k, v in versions(stack, "dataset/manifests/") if k.endswith(".jsonl")}
+    found = {}
+    for key, version in sorted(listed):
+        body = stack.aws.s3.get_object(Bucket=bucket, Key=key, VersionId=version)["Body"].read()
+        found[(key, version)] = [entry.image for entry in parse_manifest(body.decode())]
+    return found
+
+
+def test_a_purge_while_a_run_holds_the_lock_is_refused_and_changes_nothing(data_stack: OfflineStack) -> None:
+    hold_runs(data_stack)
+    run = a_running_run(data_stack, "ulm", range(4))  # scene-3 lands in the validation split
+    bucket_before, ledger_before = versions(data_stack), ledger_items(data_stack)
+
+    refused = cli(data_stack, "purge", "ulm/scene-1")
+
+    assert refused.exit_code == 1, refused.output
+    for said in (f"run {run} holds the retraining lock", "nothing was changed", "retry after the run ends", "--wait"):
+        assert said in refused.output, f"{said!r} missing from: {refused.output}"
+    assert versions(data_stack) == bucket_before, "a refused purge changed the bucket"
+    assert ledger_items(data_stack) == ledger_before, "a refused purge changed the ledger (or the lock)"
+    dry = cli(data_stack, "purge", "ulm/scene-1", "--dry-run", "--json")
+    assert dry.exit_code == 0, "a dry run needs no lock"
+    assert any(f"run {run} holds the retraining lock" in w for w in json.loads(dry.stdout)["warnings"])
+
+    finish(data_stack, run)
+    erased = cli(data_stack, "purge", "ulm/scene-1")
+
+    assert erased.exit_code == 0, erased.output
+    assert "images/ulm/scene-1.jpg" not in manifest_images(data_stack, run)
+    lock = ledger_of(data_stack).lock()
+    assert lock is not None and lock.holder.startswith("purge:"), "the purge held the lock"
+    assert lock.expires_at <= datetime.now(UTC), "and let its lease lapse when it was done"
+
+
+def test_a_purge_told_to_wait_erases_as_soon_as_the_run_releases_the_lock(data_stack: OfflineStack) -> None:
+    hold_runs(data_stack)
+    run = a_running_run(data_stack, "jena", range(4))
+    waited_for: list[str] = []
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(
+            purge,
+            ledger_of(data_stack),
+            data_stack.aws.s3,
+            data_stack.ref("DataBucket"),
+            ["jena/scene-2"],
+            wait=True,
+            on_wait=lambda lock: waited_for.append(lock.holder),
+            poll_seconds=0.05,
+        )
+        wait_until(lambda: len(waited_for) >= 3, message="the purge waiting for the run")
+        assert not waiting.done() and "images/jena/scene-2.jpg" in manifest_images(data_stack, run)
+
+        finish(data_stack, run)
+        report = waiting.result(timeout=60)
+
+    assert set(waited_for) == {run}
+    assert [p.stem for p in report.pairs] == ["scene-2"] and report.remaining == []
+    assert "images/jena/scene-2.jpg" not in manifest_images(data_stack, run)
+
+
+def test_a_lock_left_by_a_stopped_run_holds_a_purge_back_only_until_it_may_ask_step_functions(
+    data_stack: OfflineStack,
+) -> None:
+    machine = hold_runs(data_stack)
+    run = a_running_run(data_stack, "gotha", range(4))
+    # Someone stops the run in the console: no Finish state runs, so its lease stays for days.
+    (execution,) = executions(data_stack)
+    data_stack.aws.stepfunctions.stop_execution(executionArn=execution["executionArn"])
+    wait_until(lambda: executions(data_stack)[0]["status"] == "ABORTED", message="the run stopped")
+
+    blind = cli(data_stack, "purge", "gotha/scene-0")
+    assert blind.exit_code == 1 and f"run {run} holds the retraining lock" in blind.output, blind.output
+
+    told = CliRunner().invoke(
+        app,
+        ["data", "purge", "gotha/scene-0"],
+        env={
+            "DATA_BUCKET": data_stack.ref("DataBucket"),
+            "LEDGER_TABLE": data_stack.ref("LedgerTable"),
+            "STATE_MACHINE_ARN": machine,
+        },
+    )
+
+    assert told.exit_code == 0, told.output
+    assert "images/gotha/scene-0.jpg" not in manifest_images(data_stack, run)
+
+
+def test_the_trigger_does_not_freeze_while_a_purge_holds_the_lock_and_freezes_after(
+    data_stack: OfflineStack,
+) -> None:
+    hold_runs(data_stack)
+    drop(data_stack, "erfurt", range(4))
+    # A purge is at work (as `purge` holds it between its steps) when the drop's marker kicks the trigger.
+    lease = PurgeLease.take(ledger_of(data_stack), clock=lambda: datetime.now(UTC))
+    drain(data_stack)
+    wait_until(lambda: any(i.function == TRIGGER for i in data_stack.runtime.invocations), message="the marker's kick")
+    (kicked,) = [i.payload for i in data_stack.runtime.invocations if i.function == TRIGGER]
+    assert kicked["started"] is None and lease.record.holder in kicked["reason"], kicked
+    assert trigger(data_stack)["started"] is None, "a look on schedule waits for the purge too"
+    assert executions(data_stack) == [] and manifest_versions(data_stack) == {}
+
+    lease.end()
+    looked = trigger(data_stack)
+
+    assert looked["started"], looked
+    assert [e["name"] for e in executions(data_stack)] == [looked["started"]]
+    assert len(manifest_images(data_stack, looked["started"])) == 4
+
+
+class PauseBefore:
+    """Holds the thread of the clients it is put on before the first AWS call `where` picks (by its
+    index among their calls, operation and parameters), until the other side has had its turn."""
+
+    def __init__(self, where: Callable[[int, str, dict[str, Any]], bool]) -> None:
+        self.where = where
+        self.reached, self.resume = threading.Event(), threading.Event()
+        self._calls = 0
+
+    def __call__(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        index, self._calls = self._calls, self._calls + 1
+        if not self.reached.is_set() and self.where(index, model.name, params):
+            self.reached.set()
+            assert self.resume.wait(timeout=60), "nobody let the paused side go on"
+
+    @contextmanager
+    def on(self, *aws_clients: Any) -> Iterator[PauseBefore]:
+        for client in aws_clients:
+            client.meta.events.register("before-parameter-build", self, unique_id=f"pause-{id(self)}")
+        try:
+            yield self
+        finally:
+            self.resume.set()
+            for client in aws_clients:
+                client.meta.events.unregister("before-parameter-build", unique_id=f"pause-{id(self)}")
+
+
+def erase_if_free(ledger: Ledger, s3: Any, bucket: str, batch: str) -> bool:
+    """Purge the round's `erased` pair; False if a run held the lock (nothing was changed)."""
+    try:
+        purge(ledger, s3, bucket, [f"{batch}/erased"])
+    except LockHeldError:
+        return False
+    return True
+
+
+def while_paused(pause: PauseBefore, paused: Callable[[], T], other: Callable[[], U]) -> tuple[T, U]:
+    """Run `paused` in a thread; when it reaches the pause (or ends without reaching it), `other`
+    here; then let the first go on."""
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(paused)
+        wait_until(lambda: pause.reached.is_set() or first.done(), message="the paused side at its pause")
+        second = other()
+        pause.resume.set()
+        return first.result(timeout=60), second
+
+
+# Where a purge is when the trigger looks: before each step that reads or erases.
+PURGE_MOMENTS: dict[str, Callable[[int, str, dict[str, Any]], bool]] = {
+    "before it looks at the lock": lambda index, _, __: index == 0,
+    "as it reads the manifests": lambda _, op, params: (
+        op == "ListObjectVersions" and params.get("Prefix") == "dataset/manifests/"
+    ),
+    "as it erases the ledger's items": lambda _, op, __: op == "DeleteItem",
+    "as it deletes the objects": lambda _, op, __: op == "DeleteObjects",
+    "as it rewrites a manifest": lambda _, op, params: (
+        op == "PutObject" and str(params.get("Key", "")).startswith("dataset/manifests/")
+    ),
+}
+# The trigger's look (lock, batches, pairs, taking the lock, the manifest, the run, marking the
+# pairs): the purge runs whole before each of these calls in turn.
+TRIGGER_CALLS = range(10)
+FREE_ROUNDS = 6  # and a few with neither paused, started a few milliseconds apart
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+def test_a_purge_racing_a_freeze_never_leaves_an_erased_pair_in_any_manifest(data_stack: OfflineStack) -> None:
+    hold_runs(data_stack)
+    # The test starts the trigger itself, against the purge; no marker kicks it.
+    data_stack.update_function_environment("IntakeFunction", TRIGGER_FUNCTION="")
+    drop(data_stack, "base", range(4))  # scene-3 lands in the validation split
+    drain(data_stack)
+    finish(data_stack, str(trigger(data_stack)["started"]))
+    bucket = data_stack.ref("DataBucket")
+    jitter = random.Random(7)
+    erased: set[str] = set()
+    outcomes: Counter[str] = Counter()
+    rounds = [("purge", name) for name in PURGE_MOMENTS]
+    rounds += [("trigger", f"before its call {number}") for number in TRIGGER_CALLS]
+    rounds += [("neither", f"free {number}") for number in range(FREE_ROUNDS)]
+
+    for number, (paused, moment) in enumerate(rounds):
+        batch = f"round-{number}"
+        upload_pair(data_stack, batch, "kept", scene(200 + 2 * number))
+        upload_pair(data_stack, batch, "erased", scene(201 + 2 * number))
+        upload(data_stack, f"incoming/{batch}/_COMPLETE", b"")
+        drain(data_stack)
+        look = partial(trigger, data_stack)
+        if paused == "purge":
+            # The purge with clients of its own, paused at the moment; the trigger looks then.
+            s3, dynamodb = clients.make("s3"), clients.make("dynamodb")
+            table = data_stack.ref("LedgerTable")
+            with PauseBefore(PURGE_MOMENTS[moment]).on(s3, dynamodb) as pause:
+                purged, looked = while_paused(
+                    pause, partial(erase_if_free, Ledger(dynamodb, table), s3, bucket, batch), look
+                )
+        elif paused == "trigger":
+            # The trigger's own clients (cached in this process, as in its Lambda), paused before
+            # its call; the purge runs whole meanwhile.
+            at = int(moment.rsplit(" ", 1)[1])
+            trigger_clients = (clients.dynamodb(), clients.s3(), clients.stepfunctions())
+            erase = partial(erase_if_free, ledger_of(data_stack), data_stack.aws.s3, bucket, batch)
+            with PauseBefore(lambda index, _, __, at=at: index == at).on(*trigger_clients) as pause:
+                looked, purged = while_paused(pause, look, erase)
+        else:
+            start = threading.Barrier(2)
+            with ThreadPoolExecutor(2) as pool:
+                froze = pool.submit(at_once, start, jitter.uniform(0, 0.05), look)
+                erasing = pool.submit(
+                    at_once,
+                    start,
+                    jitter.uniform(0, 0.05),
+                    partial(erase_if_free, ledger_of(data_stack), data_stack.aws.s3, bucket, batch),
+                )
+                looked, purged = froze.result(), erasing.result()
+        started = looked["started"]
+        outcomes["purged first" if purged else "froze first"] += 1
+        if purged:
+            erased.add(f"images/{batch}/erased.jpg")
+        listed = {image for images in manifest_versions(data_stack).values() for image in images}
+        assert not listed & erased, f"{paused} paused {moment}: a manifest lists {sorted(listed & erased)}"
+        # Whichever lost goes again, once the other is done.
+        if started:
+            finish(data_stack, started)
+        if not purged:
+            assert erase_if_free(ledger_of(data_stack), data_stack.aws.s3, bucket, batch)
+            erased.add(f"images/{batch}/erased.jpg")
+        if not started:
+            finish(data_stack, str(trigger(data_stack)["started"]))
+
+        listed = {image for images in manifest_versions(data_stack).values() for image in images}
+        assert not listed & erased, f"{paused} paused {moment}: a manifest lists {sorted(listed & erased)}"
+        assert f"images/{batch}/kept.jpg" in listed, f"{paused} paused {moment}: the kept pair was never frozen"
+
+    assert set(outcomes) == {"purged first", "froze first"}, outcomes
+
+
+def at_once(start: threading.Barrier, delay: float, work: Callable[[], T]) -> T:
+    """`work`, started with the other thread at `start`, after a few milliseconds of `delay`."""
+    start.wait()
+    time.sleep(delay)
+    return work()

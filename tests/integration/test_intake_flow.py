@@ -10,6 +10,7 @@ import pytest
 from retrain.local.stack import OfflineStack
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,
+    audit,
     bad_label,
     delete_markers,
     drain,
@@ -70,6 +71,52 @@ def test_a_mask_with_unknown_classes_sends_both_files_to_quarantine_with_the_rea
     assert "33" in problem["message"] and "250" in problem["message"]
     assert set(status_by_key(data_stack).values()) == {"quarantined"}
     assert_every_upload_accounted_for_once(data_stack)
+
+
+def test_a_corrected_label_brings_its_image_back_from_quarantine(data_stack: OfflineStack) -> None:
+    # The label was wrong, so the pair went to quarantine; the annotator uploads a corrected one.
+    upload_pair(data_stack, "b1", "street", scene(2)._replace_label(bad_label([0, 33, 250])))
+    drain(data_stack)
+    corrected = upload(data_stack, "incoming/b1/labels/street.png", scene(2).label)
+
+    drain(data_stack)
+
+    assert queue_depth(data_stack, "IntakeDeadLetterQueue") == 0
+    assert objects(data_stack, "dataset/") == ["dataset/images/b1/street.jpg", "dataset/labels/b1/street.png"]
+    # The wrong label stays in quarantine with its reason; the image, now curated, left it.
+    assert objects(data_stack, "quarantine/") == [
+        "quarantine/b1/labels/street.png",
+        "quarantine/b1/labels/street.png.reason.json",
+    ]
+    statuses = {key_version: record["status"] for key_version, record in fates(data_stack).items()}
+    assert statuses[("incoming/b1/labels/street.png", corrected)] == "curated"
+    assert sorted(statuses.values()) == ["curated", "curated", "superseded"]
+    assert landing_versions(data_stack) == set()
+    assert_every_upload_accounted_for_once(data_stack)
+    assert audit(data_stack, "--grace-seconds", "0")[0] == 0, "bucket and ledger disagree"
+
+
+def test_a_label_set_aside_as_a_duplicates_partner_is_curated_with_a_new_image(data_stack: OfflineStack) -> None:
+    upload_pair(data_stack, "monday", "a", scene(3))
+    drain(data_stack)
+    upload_pair(data_stack, "monday", "b", scene(3))  # the same photo under another name: a duplicate
+    drain(data_stack)
+    assert objects(data_stack, "quarantine/monday/labels/") == [
+        "quarantine/monday/labels/b.png",
+        "quarantine/monday/labels/b.png.reason.json",
+    ]
+
+    # The right photo for "b" (its label was right all along).
+    upload(data_stack, "incoming/monday/images/b.jpg", scene(6).image)
+    drain(data_stack)
+
+    assert queue_depth(data_stack, "IntakeDeadLetterQueue") == 0
+    assert "dataset/labels/monday/b.png" in objects(data_stack, "dataset/")
+    assert objects(data_stack, "quarantine/monday/labels/") == []
+    label = data_stack.aws.s3.get_object(Bucket=data_stack.ref("DataBucket"), Key="dataset/labels/monday/b.png")
+    assert label["Body"].read() == scene(3).label
+    assert_every_upload_accounted_for_once(data_stack)
+    assert audit(data_stack, "--grace-seconds", "0")[0] == 0, "bucket and ledger disagree"
 
 
 def test_a_file_that_is_not_what_its_name_says_is_quarantined_alone(
