@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 
 MAX_ATTEMPTS = 8
 RETRY_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+    # total_max_attempts counts the first try; botocore's `max_attempts` would count retries only
+    # (9 attempts, whose backoff can outlast a 60 s function timeout).
+    retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
     connect_timeout=5,
     read_timeout=30,
 )
