@@ -28,7 +28,7 @@ class AlwaysSlowDown(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(SLOW_DOWN)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         del format, args
 
 
