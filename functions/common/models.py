@@ -35,12 +35,26 @@ class S3ObjectEvent(BaseModel):
     size: int = Field(ge=0)
     etag: str | None = None
     version_id: str | None = None
+    # Orders the events of one key (AWS only; moto sends none): notifications arrive in any order.
+    sequencer: str | None = None
     event_name: str
     event_time: datetime | None = None
 
     @property
     def batch(self) -> str | None:
         return prefixes.batch_of(self.key)
+
+
+def written_before(sequencer: str | None, other: str | None) -> bool:
+    """Whether the event with `sequencer` was written before the one with `other` (same key).
+
+    S3's sequencers are hex strings of varying length: compare them left-padded with zeros, as S3's
+    documentation says. Without both, nothing is known, so False: arrival order decides.
+    """
+    if not sequencer or not other:
+        return False
+    width = max(len(sequencer), len(other))
+    return sequencer.upper().rjust(width, "0") < other.upper().rjust(width, "0")
 
 
 def decode_key(raw: str) -> str:

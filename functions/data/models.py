@@ -68,6 +68,7 @@ class Side(BaseModel):
     key: str
     version: str
     check: FileCheck
+    sequencer: str | None = None  # S3's order of this key's events: an older version never wins
 
 
 class PairRecord(BaseModel):

@@ -19,8 +19,8 @@ from aws_lambda_powertools.utilities.data_classes import S3Event
 from pydantic import BaseModel, ValidationError
 
 from functions.common import prefixes
-from functions.common.errors import InvalidEventError
-from functions.common.models import S3ObjectEvent, decode_key
+from functions.common.errors import InvalidEventError, ObjectGoneError
+from functions.common.models import S3ObjectEvent, decode_key, written_before
 from functions.data.ledger import Ledger
 from functions.data.models import (
     BatchStatus,
@@ -79,6 +79,7 @@ def parse_notification(body: str) -> list[S3ObjectEvent]:
                 size=record.s3.get_object.get("size") or 0,
                 etag=record.s3.get_object.get("eTag"),
                 version_id=record.s3.get_object.get("versionId"),
+                sequencer=record.s3.get_object.get("sequencer"),
                 event_name=record.event_name,
                 event_time=record.get("eventTime"),
             )
@@ -139,10 +140,29 @@ class Intake:
             return FileStatus.MARKER
         role = Role.IMAGE if kind.kind is KeyKind.IMAGE else Role.LABEL
         pinned = None if version == "null" else version
-        body, _ = self.bucket.read(obj.key, pinned, self.config.max_file_bytes)
+        try:
+            body, _ = self.bucket.read(obj.key, pinned, self.config.max_file_bytes)
+        except ObjectGoneError:
+            held = self._held_by_unfinished_judgement(batch, kind.stem, role, obj.key, version)
+            if held is not None:
+                # A judgement died between its copies: this version was copied and its landing copy
+                # removed. The pair item still holds its check, so the judgement is finished from it.
+                return self._pair_up(batch, kind.stem, role, held)
+            record = self.ledger.file(batch, obj.key, version)
+            if record is not None and record.status is not FileStatus.PENDING:
+                return record.status  # delivered again after its fate was sealed: nothing to do
+            raise  # erased, or withdrawn by its uploader, before anything was done with it
         check = (check_image if role is Role.IMAGE else check_label)(body, relative, self.config)
+        side = Side(key=obj.key, version=version, check=check, sequencer=obj.sequencer)
         # Even a broken file joins its pair: its partner must learn that it was rejected.
-        return self._pair_up(batch, kind.stem, role, Side(key=obj.key, version=version, check=check))
+        return self._pair_up(batch, kind.stem, role, side)
+
+    def _held_by_unfinished_judgement(self, batch: str, stem: str, role: Role, key: str, version: str) -> Side | None:
+        found = self.ledger.pair(batch, stem)
+        if found is None or found[0].status is not PairStatus.JUDGING:
+            return None
+        side = found[0].side(role)
+        return side if side is not None and (side.key, side.version) == (key, version) else None
 
     # ------------------------------------------------------------ batches --
     def _touch(self, batch: str) -> None:
@@ -214,6 +234,12 @@ class Intake:
             if pair.status not in {PairStatus.PENDING, PairStatus.JUDGING}:
                 return _file_status(pair.status)  # a redelivery of what is already judged
             # PENDING or JUDGING: a judgement that died half-way is simply done again.
+        elif previous is not None and written_before(side.sequencer, previous.sequencer):
+            # An older version of this key, delivered after the newer one (S3 and SQS keep no
+            # order): it never replaces what the pair holds. Its landing copy goes, by VersionId.
+            self._record(batch, side.key, side.version, FileStatus.SUPERSEDED, role=role, check=side.check)
+            self.bucket.remove(side.key, side.version)
+            return FileStatus.SUPERSEDED
         elif previous is not None:
             # The same name uploaded again: the newer version replaces the older one, and the
             # pair is new data again for the next dataset version.
@@ -271,8 +297,9 @@ class Intake:
         for role, side in ((Role.IMAGE, pair.image), (Role.LABEL, pair.label)):
             if side != arrived and side.check.reasons:
                 continue  # quarantined when it arrived, broken on its own
-            if side != arrived and self._set_aside(pair.batch, side) is not None:
-                # Quarantined with its earlier partner: it stays there (its landing copy is gone).
+            if self._set_aside(pair.batch, side) is not None:
+                # Quarantined with an earlier partner, or by this judgement before it died half-way:
+                # it stays there (its landing copy is gone).
                 continue
             if _curated(pair, role):
                 # Curated with its earlier partner (which the new upload superseded): that version's
@@ -306,7 +333,14 @@ class Intake:
                 # landing copy was removed then (nothing to copy, nothing to record again).
                 continue
             destination = prefixes.curated_key(pair.batch, side.check.key)
-            held = self._set_aside(pair.batch, side)
+            record = self.ledger.file(pair.batch, side.key, side.version)
+            if record is not None and record.status is FileStatus.CURATED and record.destination == destination:
+                # Copied by this judgement before it died half-way: recorded, and its landing copy
+                # removed. What was confirmed then is what the pair keeps.
+                update[f"{role.value}_destination"] = destination
+                update[f"{role.value}_destination_version"] = record.destination_version
+                continue
+            held = _set_aside(record)
             if held is None:
                 copied = self.bucket.copy(side.key, side.version, destination)
                 self.bucket.remove(side.key, side.version)  # only now: the copy above is confirmed
@@ -336,12 +370,7 @@ class Intake:
     def _set_aside(self, batch: str, side: Side) -> tuple[str, str | None] | None:
         """Where this version's quarantine copy is, if it was quarantined (its landing copy is
         then gone): a file set aside because of its partner can be judged again with a new one."""
-        record = self.ledger.file(batch, side.key, side.version)
-        if record is None or record.status not in {FileStatus.QUARANTINED, FileStatus.DUPLICATE}:
-            return None
-        if record.destination is None:
-            return None
-        return record.destination, record.destination_version
+        return _set_aside(self.ledger.file(batch, side.key, side.version))
 
     def _quarantine(
         self,
@@ -417,6 +446,15 @@ class _BatchScopedIndex:
 
     def claim(self, sha256: str, key: str) -> str | None:
         return self.ledger.claim(sha256, f"{self.batch}/{key}")
+
+
+def _set_aside(record: FileRecord | None) -> tuple[str, str | None] | None:
+    """The quarantine copy (key, version) a file record names, if it was quarantined."""
+    if record is None or record.status not in {FileStatus.QUARANTINED, FileStatus.DUPLICATE}:
+        return None
+    if record.destination is None:
+        return None
+    return record.destination, record.destination_version
 
 
 def _curated(pair: PairRecord, role: Role) -> bool:

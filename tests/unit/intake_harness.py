@@ -1,0 +1,80 @@
+"""The intake as logic on a real (emulated) ledger and bucket: no stack, no queue, a settable clock.
+
+A ledger table with the template's key schema and a versioned bucket, under mock_aws. Tests hand
+the Intake the object events themselves, in the order (and as often) they choose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import boto3
+from moto import mock_aws
+
+from functions.common.models import S3ObjectEvent
+from functions.data.ledger import Ledger
+from functions.data.storage import DataBucket
+from functions.intake.logic import Intake
+from functions.validation import DEFAULT_CONFIG
+from retrain.local.stack import DEFAULT_TEMPLATE
+from retrain.local.template import load_template
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+BUCKET = "intake-test-data"
+UPLOADED = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+
+
+@dataclass
+class Harness:
+    intake: Intake
+    s3: S3Client
+    clock: list[datetime]  # what the intake's clock reads: clock[0]
+
+    def upload(self, key: str, body: bytes, sequencer: str | None = None) -> S3ObjectEvent:
+        """Put one object as an annotator does; the event S3 sends for it."""
+        version = self.s3.put_object(Bucket=BUCKET, Key=key, Body=body)["VersionId"]
+        return S3ObjectEvent(
+            bucket=BUCKET,
+            key=key,
+            size=len(body),
+            version_id=version,
+            sequencer=sequencer,
+            event_name="ObjectCreated:Put",
+        )
+
+    def body(self, key: str) -> bytes:
+        return self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+    def versions(self, prefix: str) -> list[tuple[str, str]]:
+        """(key, VersionId) of every version under `prefix`, delete markers included."""
+        listed = self.s3.list_object_versions(Bucket=BUCKET, Prefix=prefix)
+        entries = [*listed.get("Versions", []), *listed.get("DeleteMarkers", [])]
+        return sorted((entry["Key"], entry["VersionId"]) for entry in entries)
+
+
+@contextmanager
+def emulated_intake(bucket_type: type[DataBucket] = DataBucket) -> Iterator[Harness]:
+    """An Intake whose bucket is a `bucket_type` (a subclass can make a call fail)."""
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+        table = load_template(DEFAULT_TEMPLATE).resources["LedgerTable"]["Properties"]
+        dynamodb.create_table(
+            TableName="ledger",
+            AttributeDefinitions=table["AttributeDefinitions"],
+            KeySchema=table["KeySchema"],
+            GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        clock = [UPLOADED]
+        ledger, bucket = Ledger(dynamodb, "ledger"), bucket_type(s3, BUCKET)
+        intake = Intake(ledger=ledger, bucket=bucket, config=DEFAULT_CONFIG, clock=lambda: clock[0])
+        yield Harness(intake, s3, clock)

@@ -1,0 +1,158 @@
+"""The intake when events come out of order, or a judgement dies half-way and is delivered again.
+
+As logic, on an emulated ledger and bucket: the test hands the events over in the order it wants,
+which the offline stack's shuffled delivery only does by chance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from functions.common.models import written_before
+from functions.data.models import FileStatus, PairStatus
+from functions.data.storage import DataBucket
+from tests.integration.data_drops import scene
+from tests.unit.intake_harness import Harness, emulated_intake
+
+IMAGE, LABEL = "incoming/b/images/x.jpg", "incoming/b/labels/x.png"
+
+
+@pytest.mark.parametrize(
+    ("earlier", "later"),
+    [
+        ("0055AED6DCD90281E5", "0055AED6DCD90281E6"),
+        ("FF", "0100"),  # shorter: compared left-padded with zeros, as S3 says (plain text order is wrong)
+        ("00ff", "0100"),  # hex digits in either case
+    ],
+)
+def test_sequencers_order_the_events_of_one_key_as_s3_documents(earlier: str, later: str) -> None:
+    assert written_before(earlier, later)
+    assert not written_before(later, earlier)
+    assert not written_before(earlier, earlier)
+
+
+def test_without_both_sequencers_nothing_is_known_and_arrival_order_decides() -> None:
+    assert not written_before(None, "01")
+    assert not written_before("01", None)
+    assert not written_before(None, None)
+
+
+@pytest.fixture
+def at() -> Iterator[Harness]:
+    with emulated_intake() as harness:
+        yield harness
+
+
+def test_an_older_label_delivered_after_the_newer_one_never_replaces_it(at: Harness) -> None:
+    image = at.upload(IMAGE, scene(1).image, sequencer="0A")
+    first = at.upload(LABEL, scene(1).label, sequencer="0B")
+    corrected = at.upload(LABEL, scene(2).label, sequencer="0C")
+
+    at.intake.process(image)
+    assert at.intake.process(corrected) is FileStatus.CURATED
+    assert at.intake.process(first) is FileStatus.SUPERSEDED
+    assert at.intake.process(first) is FileStatus.SUPERSEDED, "a redelivery changes nothing"
+
+    assert at.body("dataset/labels/b/x.png") == scene(2).label, "dataset/ must hold the corrected label"
+    records = {(f.key, f.version): f.status for f in at.intake.ledger.files("b")}
+    assert records[(LABEL, corrected.version_id)] is FileStatus.CURATED
+    assert records[(LABEL, first.version_id)] is FileStatus.SUPERSEDED
+    assert at.versions("incoming/") == [], "the older version's landing copy went too (by VersionId)"
+    assert len(at.versions("dataset/labels/")) == 1, "curated once"
+    pair, _ = at.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
+    assert pair.status is PairStatus.VALID
+    assert pair.label is not None and pair.label.version == corrected.version_id
+
+
+def test_a_newer_label_delivered_after_the_older_one_replaces_it(at: Harness) -> None:
+    image = at.upload(IMAGE, scene(1).image, sequencer="0A")
+    first = at.upload(LABEL, scene(1).label, sequencer="0B")
+    corrected = at.upload(LABEL, scene(2).label, sequencer="0C")
+
+    for event in (image, first, corrected):
+        at.intake.process(event)
+
+    assert at.body("dataset/labels/b/x.png") == scene(2).label
+    records = {(f.key, f.version): f.status for f in at.intake.ledger.files("b")}
+    assert records[(LABEL, first.version_id)] is FileStatus.SUPERSEDED
+    assert records[(LABEL, corrected.version_id)] is FileStatus.CURATED
+
+
+class FunctionDiedError(Exception):
+    """The invocation ended here: a timeout, an out-of-memory kill, a throttled call out of retries."""
+
+
+class DiesOnSecondCopy(DataBucket):
+    """A bucket that, once armed, ends the invocation at its next copy of a label (a judgement's
+    second copy), once."""
+
+    armed = False
+
+    def copy(self, key: str, version: str | None, destination: str) -> str | None:
+        if "/labels/" in destination and DiesOnSecondCopy.armed:
+            DiesOnSecondCopy.armed = False
+            raise FunctionDiedError(f"the invocation died before copying {key} to {destination}")
+        return super().copy(key, version, destination)
+
+
+@pytest.fixture
+def dying() -> Iterator[Harness]:
+    DiesOnSecondCopy.armed = False
+    with emulated_intake(DiesOnSecondCopy) as harness:
+        yield harness
+
+
+def test_a_judgement_that_died_between_its_two_copies_is_finished_by_the_redelivery(dying: Harness) -> None:
+    # The label first; the image completes the pair, so the image's message carries the judgement.
+    label = dying.upload(LABEL, scene(3).label)
+    image = dying.upload(IMAGE, scene(3).image)
+    dying.intake.process(label)
+    DiesOnSecondCopy.armed = True
+    with pytest.raises(FunctionDiedError):
+        dying.intake.process(image)
+    # The image was copied and its landing copy removed before the invocation died.
+    assert [key for key, _ in dying.versions("incoming/")] == [LABEL]
+
+    assert dying.intake.process(image) is FileStatus.CURATED, "the redelivery finishes the judgement"
+
+    pair, _ = dying.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
+    assert pair.status is PairStatus.VALID
+    assert {f.status for f in dying.intake.ledger.files("b")} == {FileStatus.CURATED}
+    assert dying.versions("incoming/") == []
+    curated = dying.versions("dataset/")
+    assert [key for key, _ in curated] == ["dataset/images/b/x.jpg", "dataset/labels/b/x.png"], "each copied once"
+    assert (pair.image_destination_version, pair.label_destination_version) == (curated[0][1], curated[1][1])
+    assert dying.body("dataset/labels/b/x.png") == scene(3).label
+
+
+def test_a_duplicate_set_aside_half_way_is_set_aside_whole_by_the_redelivery(dying: Harness) -> None:
+    original = [dying.upload(f"incoming/a/{role}/x.{ext}", body) for role, ext, body in _files(4)]
+    for event in original:
+        dying.intake.process(event)
+    copy_label = dying.upload(LABEL, scene(4).label)
+    copy_image = dying.upload(IMAGE, scene(4).image)
+    dying.intake.process(copy_label)
+    DiesOnSecondCopy.armed = True  # the copy's judgement dies after setting its image aside
+    with pytest.raises(FunctionDiedError):
+        dying.intake.process(copy_image)
+
+    assert dying.intake.process(copy_image) is FileStatus.DUPLICATE
+
+    pair, _ = dying.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
+    assert (pair.status, pair.duplicate_of) == (PairStatus.DUPLICATE, "a/images/x.jpg")
+    assert {f.status for f in dying.intake.ledger.files("b")} == {FileStatus.DUPLICATE}
+    assert dying.versions("incoming/") == []
+    assert sorted({key for key, _ in dying.versions("quarantine/b/")}) == [
+        "quarantine/b/images/x.jpg",
+        "quarantine/b/images/x.jpg.reason.json",
+        "quarantine/b/labels/x.png",
+        "quarantine/b/labels/x.png.reason.json",
+    ]
+    assert len(dying.versions("quarantine/b/images/x.jpg")) == 2, "the image (and its reason) set aside once"
+
+
+def _files(seed: int) -> list[tuple[str, str, bytes]]:
+    pair = scene(seed)
+    return [("images", "jpg", pair.image), ("labels", "png", pair.label)]
