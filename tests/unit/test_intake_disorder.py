@@ -56,7 +56,7 @@ def test_an_older_label_delivered_after_the_newer_one_never_replaces_it(at: Harn
     assert at.intake.process(first) is FileStatus.SUPERSEDED, "a redelivery changes nothing"
 
     assert at.body("dataset/labels/b/x.png") == scene(2).label, "dataset/ must hold the corrected label"
-    records: dict[tuple[str, str | None], FileStatus] = {(f.key, f.version): f.status for f in at.intake.ledger.files("b")}
+    records = fates_in_b(at)
     assert records[(LABEL, corrected.version_id)] is FileStatus.CURATED
     assert records[(LABEL, first.version_id)] is FileStatus.SUPERSEDED
     assert at.versions("incoming/") == [], "the older version's landing copy went too (by VersionId)"
@@ -75,7 +75,7 @@ def test_a_newer_label_delivered_after_the_older_one_replaces_it(at: Harness) ->
         at.intake.process(event)
 
     assert at.body("dataset/labels/b/x.png") == scene(2).label
-    records: dict[tuple[str, str | None], FileStatus] = {(f.key, f.version): f.status for f in at.intake.ledger.files("b")}
+    records = fates_in_b(at)
     assert records[(LABEL, first.version_id)] is FileStatus.SUPERSEDED
     assert records[(LABEL, corrected.version_id)] is FileStatus.CURATED
 
@@ -151,6 +151,11 @@ def test_a_duplicate_set_aside_half_way_is_set_aside_whole_by_the_redelivery(dyi
         "quarantine/b/labels/x.png.reason.json",
     ]
     assert len(dying.versions("quarantine/b/images/x.jpg")) == 2, "the image (and its reason) set aside once"
+
+
+def fates_in_b(at: Harness) -> dict[tuple[str, str | None], FileStatus]:
+    """Each file record of batch b: (landing key, version) -> fate."""
+    return {(f.key, f.version): f.status for f in at.intake.ledger.files("b")}
 
 
 def _files(seed: int) -> list[tuple[str, str, bytes]]:
