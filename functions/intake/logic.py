@@ -10,6 +10,8 @@ batch at once.
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -19,7 +21,7 @@ from aws_lambda_powertools.utilities.data_classes import S3Event
 from pydantic import BaseModel, ValidationError
 
 from functions.common import prefixes
-from functions.common.errors import InvalidEventError, ObjectGoneError
+from functions.common.errors import ConcurrentUpdateError, InvalidEventError, ObjectGoneError
 from functions.common.models import S3ObjectEvent, decode_key, written_before
 from functions.data.ledger import Ledger
 from functions.data.models import (
@@ -55,6 +57,10 @@ OBJECT_VERSION_KEY = "[bucket, key, version_id, etag]"
 # Fixed, so that moving the code never makes every object version look new (Powertools' default
 # prefix is the function's module and name).
 IDEMPOTENCY_KEY_PREFIX = "intake.object-version"
+# A conflicting write on a pair is redone in the same invocation this often (each redo reads the
+# pair again), with full-jitter backoff from this base: cheaper than a visibility timeout.
+PAIR_UP_ATTEMPTS = 4
+CONFLICT_BACKOFF_SECONDS = 0.05
 
 
 def parse_notification(body: str) -> list[S3ObjectEvent]:
@@ -107,6 +113,7 @@ class Intake:
     bucket: DataBucket
     config: ValidationConfig
     clock: Callable[[], datetime] = now
+    pause: Callable[[float], None] = time.sleep
     touched: set[str] = field(default_factory=set)  # batches this invocation worked on
     newly_closed: set[str] = field(default_factory=set)
 
@@ -147,7 +154,7 @@ class Intake:
             if held is not None:
                 # A judgement died between its copies: this version was copied and its landing copy
                 # removed. The pair item still holds its check, so the judgement is finished from it.
-                return self._pair_up(batch, kind.stem, role, held)
+                return self._pair_up_again_on_conflict(batch, kind.stem, role, held)
             record = self.ledger.file(batch, obj.key, version)
             if record is not None and record.status is not FileStatus.PENDING:
                 return record.status  # delivered again after its fate was sealed: nothing to do
@@ -155,7 +162,21 @@ class Intake:
         check = (check_image if role is Role.IMAGE else check_label)(body, relative, self.config)
         side = Side(key=obj.key, version=version, check=check, sequencer=obj.sequencer)
         # Even a broken file joins its pair: its partner must learn that it was rejected.
-        return self._pair_up(batch, kind.stem, role, side)
+        return self._pair_up_again_on_conflict(batch, kind.stem, role, side)
+
+    def _pair_up_again_on_conflict(self, batch: str, stem: str, role: Role, side: Side) -> FileStatus:
+        """Pair up; when another invocation changed the pair meanwhile (its partner, or another
+        version of this file, arriving at the same moment: common, as both halves of a pair are
+        uploaded together), read it again and redo, a few times, before SQS's redelivery has to."""
+        for attempt in range(1, PAIR_UP_ATTEMPTS + 1):
+            try:
+                return self._pair_up(batch, stem, role, side)
+            except ConcurrentUpdateError:
+                if attempt == PAIR_UP_ATTEMPTS:
+                    raise  # a hot pair: the message comes back after the visibility timeout
+                # Full jitter: the invocations that collided must not collide again in step.
+                self.pause(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**attempt))  # noqa: S311 (not crypto)
+        raise AssertionError("unreachable")
 
     def _held_by_unfinished_judgement(self, batch: str, stem: str, role: Role, key: str, version: str) -> Side | None:
         found = self.ledger.pair(batch, stem)

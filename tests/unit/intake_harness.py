@@ -24,9 +24,11 @@ from retrain.local.stack import DEFAULT_TEMPLATE
 from retrain.local.template import load_template
 
 if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
 
 BUCKET = "intake-test-data"
+LEDGER = "ledger"
 UPLOADED = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
 
@@ -34,6 +36,7 @@ UPLOADED = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 class Harness:
     intake: Intake
     s3: S3Client
+    dynamodb: DynamoDBClient
     clock: list[datetime]  # what the intake's clock reads: clock[0]
 
     def upload(self, key: str, body: bytes, sequencer: str | None = None) -> S3ObjectEvent:
@@ -68,13 +71,13 @@ def emulated_intake(bucket_type: type[DataBucket] = DataBucket) -> Iterator[Harn
         s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
         table = load_template(DEFAULT_TEMPLATE).resources["LedgerTable"]["Properties"]
         dynamodb.create_table(
-            TableName="ledger",
+            TableName=LEDGER,
             AttributeDefinitions=table["AttributeDefinitions"],
             KeySchema=table["KeySchema"],
             GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
             BillingMode="PAY_PER_REQUEST",
         )
         clock = [UPLOADED]
-        ledger, bucket = Ledger(dynamodb, "ledger"), bucket_type(s3, BUCKET)
+        ledger, bucket = Ledger(dynamodb, LEDGER), bucket_type(s3, BUCKET)
         intake = Intake(ledger=ledger, bucket=bucket, config=DEFAULT_CONFIG, clock=lambda: clock[0])
-        yield Harness(intake, s3, clock)
+        yield Harness(intake, s3, dynamodb, clock)

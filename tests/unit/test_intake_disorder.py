@@ -11,10 +11,13 @@ from collections.abc import Iterator
 import pytest
 
 from functions.common.models import written_before
-from functions.data.models import FileStatus, PairStatus
+from functions.data.ledger import Ledger
+from functions.data.models import FileStatus, PairRecord, PairStatus
 from functions.data.storage import DataBucket
+from functions.intake.logic import Intake
+from functions.validation import DEFAULT_CONFIG
 from tests.integration.data_drops import scene
-from tests.unit.intake_harness import Harness, emulated_intake
+from tests.unit.intake_harness import LEDGER, Harness, emulated_intake
 
 IMAGE, LABEL = "incoming/b/images/x.jpg", "incoming/b/labels/x.png"
 
@@ -78,6 +81,32 @@ def test_a_newer_label_delivered_after_the_older_one_replaces_it(at: Harness) ->
     records = fates_in_b(at)
     assert records[(LABEL, first.version_id)] is FileStatus.SUPERSEDED
     assert records[(LABEL, corrected.version_id)] is FileStatus.CURATED
+
+
+def test_halves_of_a_pair_judged_at_the_same_moment_are_settled_in_one_invocation(at: Harness) -> None:
+    image = at.upload(IMAGE, scene(5).image)
+    label = at.upload(LABEL, scene(5).label)
+    # The label's invocation, running beside this one, writes the pair first.
+    beside = Intake(ledger=Ledger(at.dynamodb, LEDGER), bucket=at.intake.bucket, config=DEFAULT_CONFIG)
+
+    class LosesTheRace(Ledger):
+        raced = False
+
+        def put_pair(self, record: PairRecord, revision: int) -> None:
+            if not LosesTheRace.raced:
+                LosesTheRace.raced = True
+                assert beside.process(label) is FileStatus.PENDING
+            super().put_pair(record, revision)
+
+    pauses: list[float] = []
+    at.intake.ledger, at.intake.pause = LosesTheRace(at.dynamodb, LEDGER), pauses.append
+
+    assert at.intake.process(image) is FileStatus.CURATED, "the conflict is redone here, not left to SQS"
+
+    assert len(pauses) == 1, "one conflict, one jittered pause"
+    pair, _ = at.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
+    assert pair.status is PairStatus.VALID
+    assert set(fates_in_b(at).values()) == {FileStatus.CURATED}
 
 
 class FunctionDiedError(Exception):
