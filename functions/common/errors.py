@@ -32,6 +32,11 @@ class InvalidEventError(RetrainError):
     """An event does not have the shape its source documents (not retried: it never will)."""
 
 
+class RefusedEventError(RetrainError):
+    """An event the intake must not act on: another bucket's, outside `incoming/`, or not an
+    object creation (a forged or misrouted message). Never retried, and the object is not touched."""
+
+
 class ObjectGoneError(RetrainError):
     """The object version an event named is no longer there (deleted or purged)."""
 

@@ -35,8 +35,13 @@ class DataBucket:
         try:
             response = self._s3.get_object(**request)
         except ClientError as error:
+            code = error.response.get("Error", {}).get("Code")
+            if code == "InvalidRange":
+                # S3 answers a ranged read of a zero-byte object with 416: it is empty, and
+                # validation says so (`empty_file`); a retry would fail the same way forever.
+                return b"", version
             # NoSuchVersion: that version was deleted (an erasure, or the uploader withdrew it).
-            if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "NoSuchVersion", "404"}:
+            if code in {"NoSuchKey", "NoSuchVersion", "404"}:
                 where = f"s3://{self.name}/{key}" + (f" version {version}" if version else "")
                 raise ObjectGoneError(f"{where} is gone") from error
             raise

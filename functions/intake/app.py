@@ -22,7 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import wiring
 from functions.common import observability
-from functions.common.errors import ObjectGoneError
+from functions.common.errors import ObjectGoneError, RefusedEventError
 from functions.common.models import S3ObjectEvent
 from functions.common.settings import IntakeSettings, load_settings
 from functions.intake.logic import IDEMPOTENCY_KEY_PREFIX, OBJECT_VERSION_KEY, Intake
@@ -32,6 +32,7 @@ settings = load_settings(IntakeSettings)  # at cold start: a deployment mistake 
 processor = BatchProcessor(event_type=EventType.SQS)
 idempotency = IdempotencyConfig(event_key_jmespath=OBJECT_VERSION_KEY)
 GONE = "gone"
+REFUSED = "refused"
 
 
 @idempotent_function(  # type: ignore[untyped-decorator]
@@ -43,6 +44,11 @@ GONE = "gone"
 def process_object(*, obj: dict[str, Any], intake: Intake) -> str:
     try:
         status = intake.process(S3ObjectEvent.model_validate(obj))
+    except RefusedEventError as refused:
+        # Forged or misrouted: logged and counted for the alarm, never retried into the DLQ.
+        logger.warning("event refused", extra={"bucket": obj.get("bucket"), "key": obj["key"], "reason": str(refused)})
+        metrics.add_metric(name="EventsRefused", unit="Count", value=1)
+        return REFUSED
     except ObjectGoneError as gone:
         # Deleted before we got to it (erased, or withdrawn by its uploader): there is nothing to
         # keep, and a retry would fail the same way until the message reached the DLQ.

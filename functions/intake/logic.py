@@ -21,7 +21,7 @@ from aws_lambda_powertools.utilities.data_classes import S3Event
 from pydantic import BaseModel, ValidationError
 
 from functions.common import prefixes
-from functions.common.errors import ConcurrentUpdateError, InvalidEventError, ObjectGoneError
+from functions.common.errors import ConcurrentUpdateError, InvalidEventError, ObjectGoneError, RefusedEventError
 from functions.common.models import S3ObjectEvent, decode_key, written_before
 from functions.data.ledger import Ledger
 from functions.data.models import (
@@ -51,6 +51,7 @@ from functions.validation import (
 )
 
 TEST_EVENT = "s3:TestEvent"
+OBJECT_CREATED = "ObjectCreated:"
 # What makes an object event "the same": its object version, never when or how it was delivered
 # (S3 and SQS both redeliver, with other event times). Powertools Idempotency hashes only these.
 OBJECT_VERSION_KEY = "[bucket, key, version_id, etag]"
@@ -125,12 +126,27 @@ class Intake:
         """
         return [
             event
-            if event.version_id is not None
+            if event.version_id is not None or self.refusal(event) is not None
             else event.model_copy(update={"version_id": self.bucket.current_version(event.key)})
             for event in parse_notification(message_body)
         ]
 
+    def refusal(self, obj: S3ObjectEvent) -> str | None:
+        """Why the intake must not act on this event, or None. The bucket notifies only on
+        `incoming/` object creations, so anything else is forged or misrouted: acting on it would
+        let a message "quarantine" (delete) a manifest, or touch another bucket."""
+        if obj.bucket != self.bucket.name:
+            return f"it names bucket {obj.bucket!r}, not this intake's {self.bucket.name!r}"
+        if not obj.event_name.startswith(OBJECT_CREATED):
+            return f"it is a {obj.event_name} event, not an object creation"
+        if not obj.key.startswith(prefixes.INCOMING):
+            return f"its key {obj.key!r} is outside {prefixes.INCOMING}"
+        return None
+
     def process(self, obj: S3ObjectEvent) -> FileStatus:
+        refusal = self.refusal(obj)
+        if refusal is not None:
+            raise RefusedEventError(f"s3://{obj.bucket}/{obj.key} refused: {refusal}")
         batch = obj.batch or prefixes.UNBATCHED
         relative = prefixes.relative_to_batch(obj.key)
         self._touch(batch)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import quote_plus
 
 import pytest
 
 from retrain.local.stack import OfflineStack
+from tests.conftest import load_event
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,
     audit,
@@ -244,3 +246,62 @@ def test_objects_outside_the_landing_zone_trigger_nothing(stack: OfflineStack) -
     drain(stack)
 
     assert fates(stack) == {}
+
+
+def forged(bucket: str, key: str, version: str | None, event_name: str = "ObjectCreated:Put") -> str:
+    """An S3 notification as AWS writes it, naming whatever the forger wants."""
+    event = load_event("s3_object_created_aws.json")
+    (record,) = event["Records"]
+    record["eventName"] = event_name
+    record["s3"]["bucket"] = {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"}
+    record["s3"]["object"].update({"key": quote_plus(key), "versionId": version, "size": 2})
+    return json.dumps(event)
+
+
+def test_forged_events_for_a_manifest_another_bucket_or_a_deletion_change_nothing(stack: OfflineStack) -> None:
+    s3, bucket = stack.aws.s3, stack.ref("DataBucket")
+    drain(stack)  # S3's s3:TestEvent
+    manifest = "dataset/manifests/ds-1.jsonl"
+    manifest_version = s3.put_object(Bucket=bucket, Key=manifest, Body=b"{}\n")["VersionId"]
+    s3.create_bucket(Bucket="someone-elses-bucket")
+    s3.put_bucket_versioning(Bucket="someone-elses-bucket", VersioningConfiguration={"Status": "Enabled"})
+    theirs = s3.put_object(Bucket="someone-elses-bucket", Key="incoming/b/images/x.jpg", Body=scene(1).image)
+    mine = upload(stack, "incoming/b/images/y.jpg", scene(2).image)
+    drain(stack)  # the genuine upload: pending, waiting for its label
+    for body in (
+        forged(bucket, manifest, manifest_version),  # would "quarantine", that is delete, a manifest
+        forged("someone-elses-bucket", "incoming/b/images/x.jpg", theirs["VersionId"]),
+        forged(bucket, "incoming/b/images/y.jpg", mine, event_name="ObjectRemoved:Delete"),
+    ):
+        stack.aws.sqs.send_message(QueueUrl=stack.ref("IntakeQueue"), MessageBody=body)
+
+    assert drain(stack) == 3
+
+    intake = [i for i in stack.runtime.invocations if "Intake" in i.function]
+    assert all(not i.failed and i.payload == {"batchItemFailures": []} for i in intake), "refused, not retried"
+    assert queue_depth(stack, "IntakeDeadLetterQueue") == 0
+    versions = s3.list_object_versions(Bucket=bucket, Prefix=manifest)
+    assert [v["VersionId"] for v in versions.get("Versions", [])] == [manifest_version]
+    assert versions.get("DeleteMarkers", []) == []
+    elsewhere = s3.list_object_versions(Bucket="someone-elses-bucket")
+    assert [v["VersionId"] for v in elsewhere["Versions"]] == [theirs["VersionId"]]
+    assert elsewhere.get("DeleteMarkers", []) == []
+    assert objects(stack, "quarantine/") == []
+    assert status_by_key(stack) == {"incoming/b/images/y.jpg": "pending"}, "only the genuine upload has a fate"
+
+
+def test_a_zero_byte_upload_is_quarantined_as_empty_and_nothing_reaches_the_dead_letter_queue(
+    stack: OfflineStack,
+) -> None:
+    drain(stack)  # S3's s3:TestEvent
+    upload(stack, "incoming/b6/images/blank.jpg", b"")
+
+    drain(stack)
+
+    assert queue_depth(stack, "IntakeDeadLetterQueue") == 0
+    assert queue_depth(stack, "IntakeQueue") == 0
+    assert status_by_key(stack) == {"incoming/b6/images/blank.jpg": "quarantined"}
+    reason = read_json(stack, "quarantine/b6/images/blank.jpg.reason.json")
+    assert [r["code"] for r in reason["reasons"]] == ["empty_file"]  # type: ignore[union-attr,index]
+    assert landing_versions(stack) == set()
+    assert_every_upload_accounted_for_once(stack)
