@@ -4,7 +4,7 @@ Files are read whole, in one sequential `read()`, and decoded from memory: on FS
 any network file system) one large read streams at full bandwidth, while a decoder that pulls a
 few KiB at a time through a file object pays a round trip per pull.
 
-JPEG decoders, fastest first (one core, 2048x1024, `../shared/reference/training-facts.md`):
+JPEG decoders, fastest first (one core, 2048x1024, as measured for the design):
 simplejpeg, PyTurboJPEG and OpenCV all wrap libjpeg-turbo (8-9 ms); Pillow takes 26 ms, 15 ms
 when it may decode at 1/2, 1/4 or 1/8 scale in the DCT domain (`Image.draft`). The first one
 importable wins; Pillow, which every training image has, is the fallback, and decodes every
