@@ -33,8 +33,7 @@ from functions.data.models import BatchStatus, PairRecord, PairStatus
 from functions.data.storage import DataBucket
 from functions.trigger.logic import Trigger, TriggerPolicy
 from functions.validation import DEFAULT_CONFIG
-from retrain.local.stack import DEFAULT_TEMPLATE
-from retrain.local.template import load_template
+from retrain.local.stack import create_ledger_table
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -79,14 +78,7 @@ def counting(client: DynamoDBClient) -> Iterator[ReadCounter]:
 
 
 def create_ledger(dynamodb: DynamoDBClient) -> Ledger:
-    table = load_template(DEFAULT_TEMPLATE).resources["LedgerTable"]["Properties"]
-    dynamodb.create_table(
-        TableName=TABLE,
-        AttributeDefinitions=table["AttributeDefinitions"],
-        KeySchema=table["KeySchema"],
-        GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
-        BillingMode=table["BillingMode"],
-    )
+    create_ledger_table(dynamodb, TABLE)
     return Ledger(dynamodb, TABLE)
 
 

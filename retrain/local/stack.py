@@ -424,6 +424,19 @@ class OfflineStack:
                 TMP_THREADS.remove(thread)
 
 
+def create_ledger_table(dynamodb: Any, name: str, template: Path = DEFAULT_TEMPLATE) -> None:
+    """The ledger table alone, with the template's keys, indexes and billing: for the logic tests
+    and benchmarks that need a real (emulated) ledger but no stack."""
+    table = load_template(template).resources["LedgerTable"]["Properties"]
+    dynamodb.create_table(
+        TableName=name,
+        AttributeDefinitions=table["AttributeDefinitions"],
+        KeySchema=table["KeySchema"],
+        GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
+        BillingMode=table["BillingMode"],
+    )
+
+
 def _stop_execution(sfn: Any, arn: str) -> None:
     """StopExecution, patient with moto's engine: an execution started a moment ago has no
     worker environment yet, and stopping it then raises inside moto (AttributeError)."""

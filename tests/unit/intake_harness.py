@@ -20,8 +20,7 @@ from functions.data.ledger import Ledger
 from functions.data.storage import DataBucket
 from functions.intake.logic import Intake
 from functions.validation import DEFAULT_CONFIG
-from retrain.local.stack import DEFAULT_TEMPLATE
-from retrain.local.template import load_template
+from retrain.local.stack import create_ledger_table
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -69,14 +68,7 @@ def emulated_intake(bucket_type: type[DataBucket] = DataBucket) -> Iterator[Harn
         dynamodb = boto3.client("dynamodb", region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
-        table = load_template(DEFAULT_TEMPLATE).resources["LedgerTable"]["Properties"]
-        dynamodb.create_table(
-            TableName=LEDGER,
-            AttributeDefinitions=table["AttributeDefinitions"],
-            KeySchema=table["KeySchema"],
-            GlobalSecondaryIndexes=table["GlobalSecondaryIndexes"],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_ledger_table(dynamodb, LEDGER)
         clock = [UPLOADED]
         ledger, bucket = Ledger(dynamodb, LEDGER), bucket_type(s3, BUCKET)
         intake = Intake(ledger=ledger, bucket=bucket, config=DEFAULT_CONFIG, clock=lambda: clock[0])
