@@ -6,6 +6,7 @@ incoming/<batch>/_COMPLETE                   optional: closes the batch at once
 dataset/images|labels/<batch>/<file>         curated pairs (what FSx for Lustre links to)
 dataset/manifests/<version>.jsonl            frozen dataset versions (+ .purged.json after erasure)
 quarantine/<batch>/<file> + .reason.json     rejected files and why
+quarantine/_unsafe/<sha256> + .reason.json   files whose key is unsafe or too long to reuse as a key
 reports/<batch>/report.json|md               batch reports
 reports/runs/<run>/                          a run's summary.json, metrics.json, rules.json, report.html
 models/accepted.json                         the accepted model (what the next run starts from)
@@ -14,10 +15,13 @@ code/sourcedir.tar.gz                        the trainer as SageMaker receives i
 training/<job>/...                           SageMaker's output: model.tar.gz, output.tar.gz, rule-output/
 ```
 Nothing outside `incoming/` triggers the intake (the bucket notifies on that prefix only).
-Files uploaded straight under `incoming/` (no batch folder) belong to the batch `_unbatched`.
+Files uploaded straight under `incoming/` (no batch folder) belong to the batch `_unbatched`;
+files whose batch folder is unsafe (`..`, a control character, ...) to the batch `_unsafe`.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 INCOMING = "incoming/"
 DATASET = "dataset/"
@@ -35,6 +39,27 @@ LABELS_DIR = "labels"
 PAIR_FOLDERS = (IMAGES_DIR, LABELS_DIR)
 COMPLETE_MARKER = "_COMPLETE"
 UNBATCHED = "_unbatched"
+# The ledger batch of uploads whose batch folder is unsafe, and the quarantine folder of every
+# upload refused as `unsafe_name`. An unsafe batch folder is never reused: it would become a ledger
+# partition, a report folder (`reports/../report.json`) and a quarantine folder. A real batch may
+# be called `_unsafe` too; it then shares the partition, as one called `_unbatched` does.
+UNSAFE = "_unsafe"
+
+# The longest landing key (UTF-8 bytes) the intake acts on; longer ones are refused as
+# `unsafe_name`. Every key derived from a landing key of L bytes, with a batch of B bytes:
+#   dataset/<folder>/<B>/<name>            L - 1        (unbatched: L + 10)
+#   quarantine/<B>/<relative>              L + 2        (unbatched: L + 13)
+#   ... + .reason.json                     L + 14       (unbatched: L + 25)  <= 1,024 (S3)
+#   ledger sort key file#<key>#<version>   L + 6 + V                         <= 1,024 (DynamoDB)
+# where V is the version: S3 VersionIds have 32 bytes (moto's 36, an ETag fallback at most 40);
+# we allow 128. So L <= min(1,024 - 25, 1,024 - 6 - 128) = min(999, 890) = 890.
+# Not bound by L: the ledger partition `batch#<B>` (B <= 255, a segment; 2,048 allowed), the pair's
+# sort key `pair#<stem>` and the state index's `<B>#<stem>` (a stem is <= 255 bytes, 765 after NFC
+# at worst: <= 1,021), the idempotency key (`intake.object-version#` + an MD5: 54 bytes).
+# `tests/unit/test_key_limits.py` derives each of them from keys of this length.
+S3_MAX_KEY_BYTES = 1024
+VERSION_BUDGET_BYTES = 128
+MAX_INCOMING_KEY_BYTES = 890
 
 MANIFEST_SUFFIX = ".jsonl"
 PURGED_SUFFIX = ".purged.json"
@@ -79,6 +104,14 @@ def curated_key(batch: str, relative: str) -> str:
 
 def quarantine_key(batch: str, relative: str) -> str:
     return f"{QUARANTINE}{batch}/{relative}"
+
+
+def unsafe_quarantine_key(key: str) -> str:
+    """Where a landing key refused as `unsafe_name` is quarantined: named by its SHA-256, never by
+    itself, so it is safe, short and the same on every redelivery. The key is kept in the
+    `.reason.json` beside it and in the ledger record."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{QUARANTINE}{UNSAFE}/{digest}"
 
 
 def reason_key(quarantined: str) -> str:

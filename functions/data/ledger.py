@@ -7,6 +7,7 @@ is conditional on the revision read, so two functions racing on one pair cannot 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,6 +37,23 @@ LOCK_PK = "lock#retrain"
 # purge's lease is never taken for a run's (whose execution the trigger would look up).
 PURGE_HOLDER_PREFIX = "purge:"
 RecordT = TypeVar("RecordT", bound=BaseModel)
+# DynamoDB's limit on a sort key (a partition key may have 2,048 bytes).
+MAX_SORT_KEY_BYTES = 1024
+# A file item whose natural sort key would not fit is keyed by a hash of its key and version. No
+# landing key starts with `~` (they all start with `incoming/`), so the two forms never meet.
+HASHED_FILE_SK = "file#~sha256:"
+
+
+def file_sort_key(key: str, version: str) -> str:
+    """The sort key of one object version's file item: `file#<key>#<version>`, or, where that is
+    over DynamoDB's limit (a key refused as too long, a VersionId longer than S3 issues), a hash
+    of both. The record itself keeps the key and version whole, so nothing is lost; an over-long
+    sort key would fail every write, and its message would end in the dead-letter queue."""
+    natural = f"file#{key}#{version}"
+    if len(natural.encode("utf-8", "surrogatepass")) <= MAX_SORT_KEY_BYTES:
+        return natural
+    digest = hashlib.sha256(f"{key}\0{version}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{HASHED_FILE_SK}{digest}"
 
 
 def _iso(moment: datetime) -> str:
@@ -243,13 +261,13 @@ class Ledger:
         # One item per object version: a redelivered event rewrites it, never adds one.
         self._put(
             f"batch#{record.batch}",
-            f"file#{record.key}#{record.version}",
+            file_sort_key(record.key, record.version),
             record,
             extra={"status": {"S": record.status.value}},
         )
 
     def file(self, batch: str, key: str, version: str) -> FileRecord | None:
-        item = self._get(f"batch#{batch}", f"file#{key}#{version}")
+        item = self._get(f"batch#{batch}", file_sort_key(key, version))
         return self._record(item, FileRecord) if item else None
 
     def files(self, batch: str) -> list[FileRecord]:
@@ -426,7 +444,7 @@ class Ledger:
         still name one of them (an erasure request); the items deleted (with `dry_run`: found),
         as `pk sk`. A claim that names another key belongs to another file and stays."""
         keys = [(f"batch#{batch}", f"pair#{stem}")] if stem is not None else []
-        keys += [(f"batch#{f.batch}", f"file#{f.key}#{f.version}") for f in files]
+        keys += [(f"batch#{f.batch}", file_sort_key(f.key, f.version)) for f in files]
         erased = []
         for pk, sk in keys:
             if dry_run:

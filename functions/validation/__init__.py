@@ -25,7 +25,14 @@ from functions.validation.groundtruth import (
 )
 from functions.validation.images import check_image
 from functions.validation.masks import check_label
-from functions.validation.names import BatchKey, KeyKind, check_key_safety, classify_key
+from functions.validation.names import (
+    BatchKey,
+    KeyKind,
+    check_batch_safety,
+    check_key_safety,
+    check_landing_key,
+    classify_key,
+)
 from functions.validation.pairs import (
     PlannedItem,
     judge_pair,
@@ -72,10 +79,12 @@ __all__ = [
     "Status",
     "StrictDecodingDisabledError",
     "ValidationConfig",
+    "check_batch_safety",
     "check_groundtruth_label",
     "check_image",
     "check_key_safety",
     "check_label",
+    "check_landing_key",
     "classify_key",
     "judge_pair",
     "missing",

@@ -11,7 +11,14 @@ import unicodedata
 from enum import StrEnum
 from typing import NamedTuple
 
-from functions.common.prefixes import COMPLETE_MARKER, IMAGES_DIR, LABELS_DIR
+from functions.common.prefixes import (
+    COMPLETE_MARKER,
+    IMAGES_DIR,
+    LABELS_DIR,
+    MAX_INCOMING_KEY_BYTES,
+    S3_MAX_KEY_BYTES,
+    batch_of,
+)
 from functions.validation.config import ValidationConfig
 from functions.validation.reasons import ReasonCode, RejectedError
 
@@ -39,8 +46,37 @@ def check_key_safety(key: str, max_bytes: int = 1024) -> None:
     """Raise `RejectedError(unsafe_name)` unless `key` is safe as a relative path and S3 key."""
     problem = _key_problem(key, max_bytes)
     if problem is not None:
-        shown = repr(key) if len(key) <= _SHOWN_KEY_CHARS else f"{key[:_SHOWN_KEY_CHARS]!r}..."
-        raise RejectedError(ReasonCode.UNSAFE_NAME, f"{shown}: {problem}")
+        raise RejectedError(ReasonCode.UNSAFE_NAME, f"{_shown(key)}: {problem}")
+
+
+def check_batch_safety(batch: str) -> None:
+    """Raise `RejectedError(unsafe_name)` unless the batch folder is safe as one path segment,
+    by the very rules a file name is held to: it becomes part of curated, quarantine and report
+    keys, and of local paths when they are synced."""
+    problem = _key_problem(batch, S3_MAX_KEY_BYTES)  # the segment rule bounds it to 255 bytes
+    if problem is not None:
+        raise RejectedError(ReasonCode.UNSAFE_NAME, f"the batch folder {_shown(batch)} {problem}")
+
+
+def check_landing_key(key: str) -> None:
+    """Raise `RejectedError(unsafe_name)` for a landing key `incoming/<batch>/...` whose batch
+    folder is unsafe, or that is longer than `MAX_INCOMING_KEY_BYTES`: some key derived from it
+    (its quarantine copy, its ledger item) would not fit. Its path within the batch is checked
+    by `classify_key`."""
+    batch = batch_of(key)
+    if batch is not None:
+        check_batch_safety(batch)
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if size > MAX_INCOMING_KEY_BYTES:
+        raise RejectedError(
+            ReasonCode.UNSAFE_NAME,
+            f"{_shown(key)}: the key has {size} bytes in UTF-8, more than the limit of {MAX_INCOMING_KEY_BYTES} "
+            "(the keys the intake derives from it must fit S3's and DynamoDB's limits)",
+        )
+
+
+def _shown(key: str) -> str:
+    return repr(key) if len(key) <= _SHOWN_KEY_CHARS else f"{key[:_SHOWN_KEY_CHARS]!r}..."
 
 
 def _key_problem(key: str, max_bytes: int) -> str | None:

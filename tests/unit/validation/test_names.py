@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from functions.common.prefixes import MAX_INCOMING_KEY_BYTES
 from functions.validation import (
     DEFAULT_CONFIG,
     KeyKind,
     ReasonCode,
     RejectedError,
+    check_batch_safety,
     check_image,
     check_key_safety,
+    check_landing_key,
     classify_key,
 )
 
@@ -109,3 +112,58 @@ def test_keys_outside_the_layout_are_refused(key: str, code: ReasonCode) -> None
         classify_key(key, DEFAULT_CONFIG)
 
     assert raised.value.code is code
+
+
+@pytest.mark.parametrize(
+    ("batch", "why"),
+    [
+        ("..", "'..'"),
+        (".", "'.'"),
+        ("a\x01b", "U+0001"),
+        ("week\n12", "U+000A"),
+        ("\u202egpj", "U+202E"),
+        ("zero\u200bwidth", "U+200B"),
+        ("back\\slash", "backslash"),
+        ("C:", "absolute"),
+        ("caf\udce9", "UTF-8"),
+        ("b" * 256, "longer than 255"),
+    ],
+)
+def test_a_batch_folder_is_held_to_the_rules_of_a_file_name(batch: str, why: str) -> None:
+    with pytest.raises(RejectedError) as raised:
+        check_batch_safety(batch)
+    with pytest.raises(RejectedError) as landing:
+        check_landing_key(f"incoming/{batch}/images/a.jpg")
+
+    assert raised.value.code is landing.value.code is ReasonCode.UNSAFE_NAME
+    assert why in raised.value.message
+    assert "batch folder" in landing.value.message
+
+
+@pytest.mark.parametrize("batch", ["munich-12", "rue de la paix", "東京 2026", "a+b", "b" * 255])
+def test_batch_folders_with_spaces_plus_signs_and_any_letters_are_fine(batch: str) -> None:
+    check_batch_safety(batch)
+    check_landing_key(f"incoming/{batch}/images/a.jpg")
+
+
+def test_a_landing_key_over_the_cap_is_refused_with_the_limit_in_the_message() -> None:
+    prefix = "incoming/b/"
+    at_cap = prefix + "d/" * ((MAX_INCOMING_KEY_BYTES - len(prefix)) // 2)
+    at_cap += "x" * (MAX_INCOMING_KEY_BYTES - len(at_cap))
+    assert len(at_cap.encode()) == MAX_INCOMING_KEY_BYTES
+
+    check_landing_key(at_cap)
+    with pytest.raises(RejectedError) as raised:
+        check_landing_key(at_cap + "x")
+
+    assert raised.value.code is ReasonCode.UNSAFE_NAME
+    assert f"{MAX_INCOMING_KEY_BYTES + 1} bytes" in raised.value.message
+    assert f"limit of {MAX_INCOMING_KEY_BYTES}" in raised.value.message
+
+
+def test_the_cap_counts_utf8_bytes_not_characters() -> None:
+    key = "incoming/b/images/" + "é" * ((MAX_INCOMING_KEY_BYTES - 17) // 2 + 1)  # 2 bytes each
+    assert len(key) < MAX_INCOMING_KEY_BYTES < len(key.encode())
+
+    with pytest.raises(RejectedError, match="bytes in UTF-8"):
+        check_landing_key(key)
