@@ -22,7 +22,8 @@ from functions.validation import DEFAULT_CONFIG
 
 
 def ledger_and_bucket(settings: LedgerSettings) -> tuple[Ledger, DataBucket]:
-    return Ledger(clients.dynamodb(), settings.ledger_table), DataBucket(clients.s3(), settings.data_bucket)
+    bucket = DataBucket(clients.s3(), settings.data_bucket, multipart_threshold=settings.copy_multipart_threshold_bytes)
+    return Ledger(clients.dynamodb(), settings.ledger_table), bucket
 
 
 def intake(settings: LedgerSettings) -> Intake:

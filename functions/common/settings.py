@@ -30,6 +30,10 @@ class DataBucketSettings(FunctionSettings):
 
 class LedgerSettings(DataBucketSettings):
     ledger_table: str = Field(min_length=3)
+    # Objects above this many bytes are copied in parts (`DataBucket.copy`); at most CopyObject's
+    # limit of 5 GiB. Not in the template: only the offline tests lower it, to copy small objects
+    # in parts.
+    copy_multipart_threshold_bytes: int = Field(default=5 * 1024**3, ge=1, le=5 * 1024**3)
 
 
 class IntakeSettings(LedgerSettings):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
@@ -16,6 +18,25 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 DELETE_CHUNK = 1000  # DeleteObjects takes at most 1,000 keys
+# CopyObject refuses a source above 5 GiB; only a multipart upload whose parts are copied
+# (UploadPartCopy) copies more. A part has 5 MiB to 5 GiB (the last may be smaller), 10,000 at most.
+COPY_OBJECT_MAX_BYTES = 5 * 1024**3
+MIN_PART_BYTES = 5 * 1024**2
+MAX_PARTS = 10_000
+# Parts of 512 MiB, 8 copied at once: a 5 GiB object is copied in about two rounds, well within
+# the intake's timeout (each UploadPartCopy is copied by S3 itself, no byte passes through here).
+COPY_PART_BYTES = 512 * 1024**2
+COPY_PART_WORKERS = 8
+# What CopyObject carries over from its source (MetadataDirective COPY) and a multipart upload
+# must be told: the content headers and the user metadata.
+_CARRIED_HEADERS = ("ContentType", "ContentEncoding", "ContentDisposition", "ContentLanguage", "CacheControl")
+_PART_CHECKSUMS = ("ChecksumCRC32", "ChecksumCRC32C", "ChecksumSHA1", "ChecksumSHA256", "ChecksumCRC64NVME")
+
+
+class _Part(NamedTuple):
+    number: int  # from 1
+    first: int  # the first and last byte of the source it copies
+    last: int
 
 
 class DeleteRefusedError(RetrainError):
@@ -23,9 +44,24 @@ class DeleteRefusedError(RetrainError):
 
 
 class DataBucket:
-    def __init__(self, client: S3Client, bucket: str) -> None:
+    def __init__(
+        self,
+        client: S3Client,
+        bucket: str,
+        *,
+        multipart_threshold: int = COPY_OBJECT_MAX_BYTES,
+        part_bytes: int = COPY_PART_BYTES,
+    ) -> None:
+        """`multipart_threshold`: objects above it are copied in parts (at most CopyObject's
+        limit; tests lower it to copy small objects in parts)."""
+        if not 1 <= multipart_threshold <= COPY_OBJECT_MAX_BYTES:
+            raise ValueError(f"the multipart threshold must be 1 to {COPY_OBJECT_MAX_BYTES} bytes")
+        if not MIN_PART_BYTES <= part_bytes <= COPY_OBJECT_MAX_BYTES:
+            raise ValueError(f"a copied part has {MIN_PART_BYTES} to {COPY_OBJECT_MAX_BYTES} bytes")
         self._s3 = client
         self.name = bucket
+        self._multipart_threshold = multipart_threshold
+        self._part_bytes = part_bytes
 
     def read(self, key: str, version: str | None, limit: int) -> tuple[bytes, str | None]:
         """At most `limit + 1` bytes of one version (enough for validation to say 'too large')."""
@@ -58,16 +94,77 @@ class DataBucket:
         return version
 
     def copy(self, key: str, version: str | None, destination: str) -> str | None:
-        """Copy one version; the returned VersionId is the confirmation we record."""
+        """Copy one version; the returned VersionId is the confirmation we record.
+
+        Its size decides how: CopyObject up to the multipart threshold, a multipart copy above it
+        (CopyObject fails above 5 GiB, and such an upload must still reach quarantine).
+        """
         source: dict[str, str] = {"Bucket": self.name, "Key": key}
         if version:
             source["VersionId"] = version
+        head = self._s3.head_object(**source)  # type: ignore[arg-type]
+        if head["ContentLength"] > self._multipart_threshold:
+            return self._copy_in_parts(source, destination, head)
         response = self._s3.copy_object(
             Bucket=self.name,
             Key=destination,
             CopySource=source,  # type: ignore[arg-type]
         )
         return response.get("VersionId")
+
+    def _copy_in_parts(self, source: dict[str, str], destination: str, head: Any) -> str | None:
+        """Copy `source` (pinned by its VersionId) with UploadPartCopy; the new VersionId.
+
+        Done here rather than with boto3's managed `copy`, which returns no VersionId: reading the
+        destination's afterwards could name another version written meanwhile. Every call goes
+        through the same client, so throttling is retried as for CopyObject (botocore's standard
+        mode). A failed copy is aborted, so no parts are left to pay for.
+        """
+        size = int(head["ContentLength"])
+        carried = {name: head[name] for name in _CARRIED_HEADERS if head.get(name)}
+        upload = self._s3.create_multipart_upload(
+            Bucket=self.name, Key=destination, Metadata=head.get("Metadata", {}), **carried
+        )
+        upload_id = upload["UploadId"]
+        part = max(self._part_bytes, -(-size // MAX_PARTS))  # 10,000 parts at most
+        starts = range(0, size, part)
+        ranges = [_Part(number, start, min(start + part, size) - 1) for number, start in enumerate(starts, 1)]
+        try:
+            with ThreadPoolExecutor(max_workers=COPY_PART_WORKERS) as pool:
+                parts = list(pool.map(lambda r: self._copy_part(source, destination, upload_id, r), ranges))
+            response = self._s3.complete_multipart_upload(
+                Bucket=self.name,
+                Key=destination,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
+            )
+        except Exception:
+            self._abort(destination, upload_id)
+            raise
+        return response.get("VersionId")
+
+    def _copy_part(self, source: dict[str, str], destination: str, upload_id: str, part: _Part) -> dict[str, Any]:
+        response = self._s3.upload_part_copy(
+            Bucket=self.name,
+            Key=destination,
+            UploadId=upload_id,
+            PartNumber=part.number,
+            CopySource=source,  # type: ignore[arg-type]
+            CopySourceRange=f"bytes={part.first}-{part.last}",
+        )
+        result: dict[str, Any] = dict(response["CopyPartResult"])
+        # Completing an upload made with a checksum algorithm needs each part's checksum.
+        return {
+            "PartNumber": part.number,
+            "ETag": result["ETag"],
+            **{name: result[name] for name in _PART_CHECKSUMS if result.get(name)},
+        }
+
+    def _abort(self, destination: str, upload_id: str) -> None:
+        # The copy's own error is the one to report; a lifecycle rule that aborts incomplete
+        # uploads removes what an abort refused here leaves behind.
+        with contextlib.suppress(ClientError):
+            self._s3.abort_multipart_upload(Bucket=self.name, Key=destination, UploadId=upload_id)
 
     def remove(self, key: str, version: str | None) -> None:
         """Remove one version from the landing zone, once its copy is confirmed.

@@ -17,9 +17,9 @@ from moto import mock_aws
 
 from functions.common.models import S3ObjectEvent
 from functions.data.ledger import Ledger
-from functions.data.storage import DataBucket
+from functions.data.storage import COPY_OBJECT_MAX_BYTES, DataBucket
 from functions.intake.logic import Intake
-from functions.validation import DEFAULT_CONFIG
+from functions.validation import DEFAULT_CONFIG, ValidationConfig
 from retrain.local.stack import create_ledger_table
 
 if TYPE_CHECKING:
@@ -61,8 +61,14 @@ class Harness:
 
 
 @contextmanager
-def emulated_intake(bucket_type: type[DataBucket] = DataBucket) -> Iterator[Harness]:
-    """An Intake whose bucket is a `bucket_type` (a subclass can make a call fail)."""
+def emulated_intake(
+    bucket_type: type[DataBucket] = DataBucket,
+    *,
+    config: ValidationConfig = DEFAULT_CONFIG,
+    multipart_threshold: int = COPY_OBJECT_MAX_BYTES,
+) -> Iterator[Harness]:
+    """An Intake whose bucket is a `bucket_type` (a subclass can make a call fail), copying objects
+    above `multipart_threshold` bytes in parts."""
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         dynamodb = boto3.client("dynamodb", region_name="us-east-1")
@@ -70,6 +76,7 @@ def emulated_intake(bucket_type: type[DataBucket] = DataBucket) -> Iterator[Harn
         s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
         create_ledger_table(dynamodb, LEDGER)
         clock = [UPLOADED]
-        ledger, bucket = Ledger(dynamodb, LEDGER), bucket_type(s3, BUCKET)
-        intake = Intake(ledger=ledger, bucket=bucket, config=DEFAULT_CONFIG, clock=lambda: clock[0])
+        ledger = Ledger(dynamodb, LEDGER)
+        bucket = bucket_type(s3, BUCKET, multipart_threshold=multipart_threshold)
+        intake = Intake(ledger=ledger, bucket=bucket, config=config, clock=lambda: clock[0])
         yield Harness(intake, s3, dynamodb, clock)
