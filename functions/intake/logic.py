@@ -44,8 +44,10 @@ from functions.validation import (
     Role,
     Status,
     ValidationConfig,
+    check_batch_safety,
     check_image,
     check_label,
+    check_landing_key,
     classify_key,
     judge_pair,
 )
@@ -147,15 +149,27 @@ class Intake:
         refusal = self.refusal(obj)
         if refusal is not None:
             raise RefusedEventError(f"s3://{obj.bucket}/{obj.key} refused: {refusal}")
-        batch = obj.batch or prefixes.UNBATCHED
+        batch = _ledger_batch(obj)
         relative = prefixes.relative_to_batch(obj.key)
         self._touch(batch)
         # Every fate is recorded against the object version (an unversioned bucket: the ETag).
         version = obj.version_id or obj.etag or "null"
         try:
+            check_landing_key(obj.key)
+        except RejectedError as error:
+            # An unsafe batch folder or a key too long for what is derived from it: never read,
+            # and set aside under a key that is neither (nothing is lost on bad input).
+            reason = Reason.from_error(error, obj.key)
+            self._quarantine(batch, obj.key, version, [reason], destination=prefixes.unsafe_quarantine_key(obj.key))
+            return FileStatus.QUARANTINED
+        try:
             kind = classify_key(relative, self.config)
         except RejectedError as error:
-            self._quarantine(batch, obj.key, version, [Reason.from_error(error, relative)])
+            # An unsafe name is not reused as a quarantine key (`..` in it would climb out of
+            # quarantine/ once synced to a disk); other refused layouts keep their own names.
+            unsafe = error.code is ReasonCode.UNSAFE_NAME
+            destination = prefixes.unsafe_quarantine_key(obj.key) if unsafe else None
+            self._quarantine(batch, obj.key, version, [Reason.from_error(error, relative)], destination=destination)
             return FileStatus.QUARANTINED
         if kind.kind is KeyKind.MARKER:
             self._close(batch, "marker")
@@ -420,8 +434,11 @@ class Intake:
         role: Role | None = None,
         check: FileCheck | None = None,
         duplicate_of: str | None = None,
+        destination: str | None = None,
     ) -> None:
-        destination = prefixes.quarantine_key(batch, prefixes.relative_to_batch(key))
+        """Move one version to quarantine, beside a `.reason.json`; `destination` where its own
+        name is not to be reused (`prefixes.unsafe_quarantine_key`)."""
+        destination = destination or prefixes.quarantine_key(batch, prefixes.relative_to_batch(key))
         copied = self.bucket.copy(key, None if version == "null" else version, destination)
         self.bucket.put_json(
             prefixes.reason_key(destination),
@@ -483,6 +500,19 @@ class _BatchScopedIndex:
 
     def claim(self, sha256: str, key: str) -> str | None:
         return self.ledger.claim(sha256, f"{self.batch}/{key}")
+
+
+def _ledger_batch(obj: S3ObjectEvent) -> str:
+    """The batch an object is recorded under: its folder, `_unbatched` without one, `_unsafe`
+    when the folder is unsafe. An unsafe folder never becomes a ledger partition or a report
+    folder (`reports/../report.json`); the record keeps the object's whole key."""
+    if obj.batch is None:
+        return prefixes.UNBATCHED
+    try:
+        check_batch_safety(obj.batch)
+    except RejectedError:
+        return prefixes.UNSAFE
+    return obj.batch
 
 
 def _set_aside(record: FileRecord | None) -> tuple[str, str | None] | None:

@@ -8,6 +8,8 @@ from urllib.parse import quote_plus
 
 import pytest
 
+from functions.common import prefixes
+from functions.common.prefixes import MAX_INCOMING_KEY_BYTES
 from retrain.local.stack import OfflineStack
 from tests.conftest import load_event
 from tests.integration.data_drops import (
@@ -305,3 +307,100 @@ def test_a_zero_byte_upload_is_quarantined_as_empty_and_nothing_reaches_the_dead
     assert [r["code"] for r in reason["reasons"]] == ["empty_file"]  # type: ignore[union-attr,index]
     assert landing_versions(stack) == set()
     assert_every_upload_accounted_for_once(stack)
+
+
+@pytest.mark.parametrize("batch", ["..", "week\x0112"], ids=["dotdot", "control character"])
+def test_an_upload_under_an_unsafe_batch_folder_is_quarantined_under_a_safe_key_with_its_bytes(
+    data_stack: OfflineStack, batch: str
+) -> None:
+    key = f"incoming/{batch}/images/a.jpg"
+    upload(data_stack, key, scene(1).image)
+
+    drain(data_stack)
+
+    assert queue_depth(data_stack, "IntakeDeadLetterQueue") == 0
+    quarantined = prefixes.unsafe_quarantine_key(key)
+    assert objects(data_stack, "quarantine/") == [quarantined, prefixes.reason_key(quarantined)]
+    body = data_stack.aws.s3.get_object(Bucket=data_stack.ref("DataBucket"), Key=quarantined)["Body"].read()
+    assert body == scene(1).image, "nothing lost on bad input"
+    reason = read_json(data_stack, prefixes.reason_key(quarantined))
+    assert reason["key"] == key
+    assert [r["code"] for r in reason["reasons"]] == ["unsafe_name"]  # type: ignore[union-attr,index]
+    assert status_by_key(data_stack) == {key: "quarantined"}
+    assert objects(data_stack, "dataset/") == objects(data_stack, "incoming/") == []
+    assert_every_upload_accounted_for_once(data_stack)
+    assert audit(data_stack, "--grace-seconds", "0")[0] == 0, "bucket and ledger disagree"
+
+
+def _deep_key(start: str, length: int) -> str:
+    """A landing key of `length` bytes: folders under `start` (no segment over 255 bytes)."""
+    key = start + "d/" * ((length - len(start) - 1) // 2)  # then at least one "x": no trailing /
+    return key + "x" * (length - len(key))
+
+
+def test_keys_over_the_cap_are_quarantined_and_nothing_reaches_the_dead_letter_queue(data_stack: OfflineStack) -> None:
+    over = _deep_key("incoming/long/", MAX_INCOMING_KEY_BYTES + 1)
+    longest = _deep_key("incoming/long/", 1024)  # S3's longest key: its ledger sort key is hashed
+    at_cap = _deep_key("incoming/long/", MAX_INCOMING_KEY_BYTES)
+    batch, stem = "b" * 255, "s" * 251  # the longest pair a batch can hold: every segment at 255 bytes
+    for key in (over, longest, at_cap):
+        upload(data_stack, key, b"not an image")
+    upload_pair(data_stack, batch, stem, scene(2))
+
+    drain(data_stack)
+
+    assert queue_depth(data_stack, "IntakeDeadLetterQueue") == 0
+    for key in (over, longest):
+        quarantined = prefixes.unsafe_quarantine_key(key)
+        (reason,) = read_json(data_stack, prefixes.reason_key(quarantined))["reasons"]  # type: ignore[misc]
+        assert reason["code"] == "unsafe_name"
+        assert f"limit of {MAX_INCOMING_KEY_BYTES}" in reason["message"]
+    # At the cap, the key's own quarantine copy and reason fit: judged like any stray file.
+    own = read_json(data_stack, prefixes.reason_key("quarantine/" + at_cap.removeprefix("incoming/")))
+    (reason,) = own["reasons"]  # type: ignore[misc]
+    assert reason["code"] == "unexpected_file"
+    assert objects(data_stack, "dataset/") == [
+        f"dataset/images/{batch}/{stem}.jpg",
+        f"dataset/labels/{batch}/{stem}.png",
+    ]
+    assert status_by_key(data_stack) == {
+        over: "quarantined",
+        longest: "quarantined",
+        at_cap: "quarantined",
+        f"incoming/{batch}/images/{stem}.jpg": "curated",
+        f"incoming/{batch}/labels/{stem}.png": "curated",
+    }
+    assert_every_upload_accounted_for_once(data_stack)
+    assert audit(data_stack, "--grace-seconds", "0")[0] == 0, "bucket and ledger disagree"
+
+
+def test_objects_above_the_multipart_threshold_are_curated_and_quarantined_in_parts(data_stack: OfflineStack) -> None:
+    # Production copies in parts above CopyObject's 5 GiB; lowered here so small files take that path.
+    data_stack.update_function_environment("IntakeFunction", COPY_MULTIPART_THRESHOLD_BYTES="64")
+    upload(data_stack, "incoming/big/images/ok.jpg", scene(4).image)  # replaced below: not the one curated
+    upload_pair(data_stack, "big", "ok", scene(5))
+    upload_pair(data_stack, "big", "bad", scene(6)._replace_label(bad_label([0, 33])))
+
+    drain(data_stack)
+
+    assert queue_depth(data_stack, "IntakeDeadLetterQueue") == 0
+    s3, bucket = data_stack.aws.s3, data_stack.ref("DataBucket")
+    copied = {
+        (r["key"], r["destination"]): r["destination_version"]
+        for r in fates(data_stack).values()
+        if r["status"] in {"curated", "quarantined"}
+    }
+    expected = {
+        ("incoming/big/images/ok.jpg", "dataset/images/big/ok.jpg"): scene(5).image,
+        ("incoming/big/labels/ok.png", "dataset/labels/big/ok.png"): scene(5).label,
+        ("incoming/big/images/bad.jpg", "quarantine/big/images/bad.jpg"): scene(6).image,
+        ("incoming/big/labels/bad.png", "quarantine/big/labels/bad.png"): bad_label([0, 33]),
+    }
+    assert set(copied) == set(expected)
+    for (landing, destination), body in expected.items():
+        version = s3.get_object(Bucket=bucket, Key=destination, VersionId=copied[(landing, destination)])
+        assert version["Body"].read() == body, f"{destination} holds the bytes of the version recorded"
+        assert version["ETag"].endswith('-1"'), f"{destination} was not copied in parts"
+    assert status_by_key(data_stack)["incoming/big/images/ok.jpg"] == "curated"
+    assert_every_upload_accounted_for_once(data_stack)
+    assert audit(data_stack, "--grace-seconds", "0")[0] == 0, "bucket and ledger disagree"
