@@ -1,0 +1,368 @@
+"""A small IAM model for the least-privilege tests: the template's statements per principal,
+what functions/permissions.py declares, what an AWS call needs, and whether a statement allows it.
+
+Only what this stack's policies use is modelled: Allow statements, `*` and `?` wildcards in
+actions and resources, and the condition operators StringEquals / StringLike / ArnLike / Bool /
+Null and their ForAllValues / ForAnyValue forms.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from functions.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS, Grant
+from retrain.local.template import Created, Resolver, Template, load_template
+
+ROOT = Path(__file__).resolve().parents[1]
+# Actions no statement may grant on any resource: lifecycle, policy and ACL changes, wildcards.
+FORBIDDEN_ACTIONS = (
+    "*",
+    "s3:*",
+    "s3:PutLifecycleConfiguration",
+    "s3:PutBucketPolicy",
+    "s3:DeleteBucketPolicy",
+    "s3:PutBucketAcl",
+    "s3:PutObjectAcl",
+    "s3:PutObjectVersionAcl",
+    "iam:*",
+    "kms:*",
+    "dynamodb:*",
+    "sagemaker:*",
+)
+
+
+@dataclass(frozen=True)
+class Statement:
+    actions: tuple[str, ...]
+    resources: tuple[str, ...]
+    conditions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def condition_specs(self) -> frozenset[str]:
+        """`Operator:key=v1,v2` for each condition (values sorted)."""
+        return frozenset(
+            f"{operator}:{key}={','.join(sorted(_values(value)))}"
+            for operator, keys in self.conditions.items()
+            for key, value in keys.items()
+        )
+
+
+@dataclass(frozen=True)
+class Need:
+    """One permission an AWS call needs: the action, the resource ARN, the request's condition context."""
+
+    action: str
+    resource: str
+    context: Mapping[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        extra = f" {dict(self.context)}" if self.context else ""
+        return f"{self.action} on {self.resource}{extra}"
+
+
+# ---------------------------------------------------------------- template --
+def template() -> Template:
+    return load_template(ROOT / "template.yaml")
+
+
+def principal_policies(body: Mapping[str, Any], logical_id: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The raw statements of a function's, state machine's, role's or managed policy's policies, and
+    anything else granting permissions there (SAM policy templates, managed policy ARNs)."""
+    resource = body["Resources"][logical_id]
+    props = resource.get("Properties", {})
+    statements: list[dict[str, Any]] = []
+    others: list[str] = []
+    kind = resource["Type"]
+    if kind in {"AWS::Serverless::Function", "AWS::Serverless::StateMachine"}:
+        for entry in props.get("Policies", []):
+            if isinstance(entry, dict) and "Statement" in entry:
+                statements += entry["Statement"]
+            else:
+                others.append(str(entry)[:80])
+        if "Role" in props:
+            others.append("Role")
+    elif kind == "AWS::IAM::Role":
+        for policy in props.get("Policies", []):
+            statements += policy["PolicyDocument"]["Statement"]
+        others += [str(arn) for arn in props.get("ManagedPolicyArns", [])]
+    elif kind == "AWS::IAM::ManagedPolicy":
+        statements += props["PolicyDocument"]["Statement"]
+    else:
+        raise AssertionError(f"{logical_id} is a {kind}, which holds no policies")
+    return statements, others
+
+
+def statements_of(body: Mapping[str, Any], logical_id: str, resolver: Resolver) -> list[Statement]:
+    raw, others = principal_policies(body, logical_id)
+    assert not others, f"{logical_id}: grants outside explicit statements: {others}"
+    found = []
+    for item in raw:
+        resolved = resolver.resolve(copy.deepcopy(item))
+        assert resolved.get("Effect") == "Allow", f"{logical_id}: only Allow statements are modelled: {resolved}"
+        assert "NotAction" not in resolved and "NotResource" not in resolved, f"{logical_id}: {resolved}"
+        found.append(
+            Statement(
+                actions=tuple(_values(resolved["Action"])),
+                resources=tuple(_values(resolved["Resource"])),
+                conditions=resolved.get("Condition", {}),
+            )
+        )
+    return found
+
+
+def _values(value: Any) -> list[str]:
+    return [str(item) for item in value] if isinstance(value, list) else [str(value)]
+
+
+# ------------------------------------------------------ a resolver with fakes --
+REGION, ACCOUNT, STACK = "eu-west-1", "111122223333", "retrain-test"
+FAKE_PARAMETERS = {
+    "TrainingVpcId": "vpc-0fake",
+    "TrainingSubnetIds": "subnet-0aaa,subnet-0bbb",
+    "TrainingSecurityGroupIds": "",
+    "PrivateRouteTableIds": "",
+    "ExistingFileSystemId": "",
+}
+
+
+class _Attributes(dict[str, str]):
+    """Any attribute of a fake resource: `<logical id>.<attribute>` unless set."""
+
+    def __init__(self, logical_id: str, known: dict[str, str]) -> None:
+        super().__init__(known)
+        self._logical_id = logical_id
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __missing__(self, key: str) -> str:
+        return f"{self._logical_id}.{key}"
+
+
+def _fake(logical_id: str, kind: str) -> Created:
+    name = f"{STACK}-{logical_id}"
+    prefix = f"arn:aws:{{}}:{REGION}:{ACCOUNT}:"
+    known: dict[str, tuple[str, dict[str, str]]] = {
+        "AWS::S3::Bucket": (name.lower(), {"Arn": f"arn:aws:s3:::{name.lower()}"}),
+        "AWS::DynamoDB::Table": (name, {"Arn": prefix.format("dynamodb") + f"table/{name}"}),
+        "AWS::Serverless::Function": (name, {"Arn": prefix.format("lambda") + f"function:{name}"}),
+        "AWS::IAM::Role": (name, {"Arn": f"arn:aws:iam::{ACCOUNT}:role/{name}"}),
+        "AWS::IAM::ManagedPolicy": (f"arn:aws:iam::{ACCOUNT}:policy/{name}", {}),
+        "AWS::KMS::Key": ("key-0fake", {"Arn": prefix.format("kms") + "key/key-0fake"}),
+        "AWS::SNS::Topic": (prefix.format("sns") + name, {"TopicName": name}),
+        "AWS::SecretsManager::Secret": (prefix.format("secretsmanager") + f"secret:{name}-AbCdEf", {}),
+        "AWS::FSx::FileSystem": ("fs-0fake0000000000", {"LustreMountName": "abcdefgh"}),
+        "AWS::EC2::SecurityGroup": ("sg-0fake", {"GroupId": "sg-0fake"}),
+        "AWS::SageMaker::ModelPackageGroup": (
+            prefix.format("sagemaker") + f"model-package-group/{STACK}-segmentation",
+            {"ModelPackageGroupArn": prefix.format("sagemaker") + f"model-package-group/{STACK}-segmentation"},
+        ),
+        "AWS::Serverless::StateMachine": (prefix.format("states") + f"stateMachine:{STACK}-retrain", {}),
+        "AWS::Logs::LogGroup": (name, {"Arn": prefix.format("logs") + f"log-group:{name}:*"}),
+    }
+    ref, attributes = known.get(kind, (name, {}))
+    return Created(ref=ref, attributes=_Attributes(logical_id, {"Arn": f"arn:fake:{logical_id}", **attributes}))
+
+
+def fake_resolver(body: Mapping[str, Any], **parameters: str) -> Resolver:
+    """Resolves the template as if deployed as `retrain-test`, every resource faked."""
+    specs = body.get("Parameters", {})
+    values = {name: str(spec["Default"]) for name, spec in specs.items() if "Default" in spec}
+    values.update(FAKE_PARAMETERS)
+    values.update(parameters)
+    lists = frozenset(name for name, spec in specs.items() if str(spec.get("Type", "")).startswith(("List<", "Comma")))
+    resolver = Resolver(
+        STACK, REGION, ACCOUNT, values, list_parameters=lists, condition_definitions=body.get("Conditions", {})
+    )
+    for logical_id, resource in body["Resources"].items():
+        resolver.created[logical_id] = _fake(logical_id, resource["Type"])
+    return resolver
+
+
+# ------------------------------------------------------------ declarations --
+def stack_uuid_prefix(resolver: Resolver) -> str:
+    stack_id = resolver.pseudo("AWS::StackId")
+    return str(uuid.UUID(stack_id.rsplit("/", 1)[-1])).split("-")[0]
+
+
+def placeholders(body: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
+    """What the declarations' placeholders stand for in this resolved template."""
+    region, account, stack = resolver.region, resolver.account_id, resolver.stack_name
+
+    def att(logical_id: str, attribute: str) -> str:
+        return str(resolver.resolve({"Fn::GetAtt": [logical_id, attribute]}))
+
+    def ref(logical_id: str) -> str:
+        return str(resolver.resolve({"Ref": logical_id}))
+
+    file_system = resolver.resolve(
+        {"Fn::If": ["CreateFileSystem", {"Ref": "DatasetFileSystem"}, {"Ref": "ExistingFileSystemId"}]}
+    )
+    names = {
+        "partition": "aws",
+        "region": region,
+        "account": account,
+        "bucket": f"arn:aws:s3:::{ref('DataBucket')}",
+        "ledger": att("LedgerTable", "Arn"),
+        "idempotency": att("IdempotencyTable", "Arn"),
+        "key": att("DataKey", "Arn"),
+        "topic": ref("NotificationTopic"),
+        "secret": ref("SlackWebhookSecret"),
+        "state_machine": f"arn:aws:states:{region}:{account}:stateMachine:{stack}-retrain",
+        "executions": f"arn:aws:states:{region}:{account}:execution:{stack}-retrain:*",
+        "jobs": f"arn:aws:sagemaker:{region}:{account}:training-job/retrain-{stack_uuid_prefix(resolver)}-*",
+        "model_package_group": att("ModelPackageGroup", "ModelPackageGroupArn"),
+        "model_packages": f"arn:aws:sagemaker:{region}:{account}:model-package/{stack}-segmentation/*",
+        "file_system": f"arn:aws:fsx:{region}:{account}:file-system/{file_system}",
+        "fsx_tasks": f"arn:aws:fsx:{region}:{account}:task/*",
+        "training_role": att("TrainingRole", "Arn"),
+        "report_reader_role": att("ReportReaderRole", "Arn"),
+    }
+    for logical_id, placeholder in FUNCTION_PLACEHOLDERS.items():
+        names[placeholder] = att(logical_id, "Arn")
+    return names
+
+
+Pairs = dict[tuple[str, str], list[frozenset[str]]]
+
+
+def declared_pairs(grants: Iterable[Grant], names: Mapping[str, str]) -> Pairs:
+    """(action, resource) -> the condition specs of each grant giving it."""
+    found: Pairs = {}
+    for grant in grants:
+        specs = frozenset(spec.format(**names) for spec in grant.conditions)
+        for action in grant.actions:
+            for resource in grant.resources:
+                found.setdefault((action, resource.format(**names)), []).append(specs)
+    return found
+
+
+def granted_pairs(statements: Iterable[Statement]) -> Pairs:
+    found: Pairs = {}
+    for statement in statements:
+        for action in statement.actions:
+            for resource in statement.resources:
+                found.setdefault((action, resource), []).append(statement.condition_specs())
+    return found
+
+
+def _spec_matches(declared: frozenset[str], granted: frozenset[str]) -> bool:
+    """Declared `Op:key` matches any value of that condition; `Op:key=value` that value."""
+    if len(declared) != len(granted):
+        return False
+    return all(any(g == d or g.startswith(f"{d}=") for g in granted) for d in declared)
+
+
+def differences(declared: Pairs, granted: Pairs, who: str) -> list[str]:
+    """What the template grants beyond the declaration, and what it lacks, one line each."""
+    problems = []
+    for action, resource in sorted(granted.keys() - declared.keys()):
+        problems.append(f"{who}: grants {action} on {resource}, which functions/permissions.py does not declare")
+    for action, resource in sorted(declared.keys() - granted.keys()):
+        problems.append(f"{who}: lacks {action} on {resource}, which functions/permissions.py declares")
+    for pair in sorted(declared.keys() & granted.keys()):
+        problems.extend(
+            f"{who}: {pair[0]} on {pair[1]} lacks the conditions {sorted(specs)}"
+            for specs in declared[pair]
+            if not any(_spec_matches(specs, g) for g in granted[pair])
+        )
+        problems.extend(
+            f"{who}: {pair[0]} on {pair[1]} has undeclared conditions {sorted(g)}"
+            for g in granted[pair]
+            if not any(_spec_matches(d, g) for d in declared[pair])
+        )
+    return problems
+
+
+def check_template(body: Mapping[str, Any], resolver: Resolver) -> list[str]:
+    """Every principal's grants against its declaration; an empty list when they agree."""
+    names = placeholders(body, resolver)
+    problems = []
+    for logical_id, grants in PERMISSIONS.items():
+        granted = granted_pairs(statements_of(body, logical_id, resolver))
+        problems += differences(declared_pairs(grants, names), granted, logical_id)
+    return problems
+
+
+def forbidden_grants(body: Mapping[str, Any]) -> list[str]:
+    """Statements anywhere in the template that grant a forbidden action."""
+    found = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            if node.get("Effect") == "Allow" and "Action" in node:
+                found.extend(
+                    f"{where}: {action}"
+                    for action in _values(node["Action"])
+                    if any(fnmatch.fnmatchcase(forbidden.lower(), action.lower()) for forbidden in FORBIDDEN_ACTIONS)
+                )
+            for key, value in node.items():
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{where}[{index}]")
+
+    for logical_id, resource in body["Resources"].items():
+        # A key policy's kms:* to the account root grants nothing itself: it hands the key's use
+        # to IAM policies, which are what this checks. (The bucket policy's s3:* is a Deny.)
+        if resource.get("Type") == "AWS::KMS::Key":
+            continue
+        walk(resource.get("Properties", {}), logical_id)
+    return found
+
+
+# ------------------------------------------------------------------ matcher --
+def matches(pattern: str, value: str, *, case: bool = True) -> bool:
+    """IAM's wildcard match: `*` any run of characters, `?` one."""
+    regex = re.escape(pattern).replace(r"\*", ".*").replace(r"\?", ".")
+    return re.fullmatch(regex, value, 0 if case else re.IGNORECASE) is not None
+
+
+def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[str, Any]) -> bool:
+    quantifier, _, base = operator.rpartition(":")
+    if_exists = base.endswith("IfExists")
+    base = base.removesuffix("IfExists")
+    wanted = _values(expected)
+    if base == "Null":
+        return (key not in context) == (wanted[0].lower() == "true")
+    if key not in context:
+        return quantifier == "ForAllValues" or if_exists
+    present = context[key]
+    values = [str(v) for v in present] if isinstance(present, list) else [str(present)]
+
+    def one(value: str) -> bool:
+        if base in {"StringEquals", "ArnEquals"}:
+            return value in wanted
+        if base in {"StringLike", "ArnLike"}:
+            return any(matches(w, value) for w in wanted)
+        if base == "Bool":
+            return value.lower() in {w.lower() for w in wanted}
+        raise AssertionError(f"condition operator {operator} is not modelled")
+
+    if quantifier == "ForAllValues":
+        return all(one(v) for v in values)
+    if quantifier == "ForAnyValue":
+        return any(one(v) for v in values)
+    return len(values) == 1 and one(values[0])
+
+
+def allows(statement: Statement, need: Need) -> bool:
+    if not any(matches(a, need.action, case=False) for a in statement.actions):
+        return False
+    if not any(matches(r, need.resource) for r in statement.resources):
+        return False
+    return all(
+        _condition_holds(operator, key, expected, need.context)
+        for operator, keys in statement.conditions.items()
+        for key, expected in keys.items()
+    )
+
+
+def allowed(statements: Iterable[Statement], need: Need) -> bool:
+    return any(allows(statement, need) for statement in statements)

@@ -1,0 +1,238 @@
+"""Least privilege, statically: template.yaml grants every function and role exactly what
+functions/permissions.py declares, nothing forbidden anywhere, and the conditions that confine
+training jobs hold. The calls the functions really make are checked against the same statements
+in tests/integration/test_least_privilege.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions.permissions import PERMISSIONS
+from retrain.local.resources import substitute_definition
+from retrain.local.template import Resolver
+from tests import iam
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def body() -> dict[str, Any]:
+    return iam.template().body
+
+
+def resolved(body: dict[str, Any], logical_id: str, **parameters: str) -> list[iam.Statement]:
+    return iam.statements_of(body, logical_id, iam.fake_resolver(body, **parameters))
+
+
+def test_every_function_and_role_is_granted_exactly_what_it_declares(body: dict[str, Any]) -> None:
+    assert iam.check_template(body, iam.fake_resolver(body)) == []
+
+
+def test_every_principal_with_policies_in_the_template_has_a_declaration(body: dict[str, Any]) -> None:
+    holders = {
+        logical_id
+        for logical_id, resource in body["Resources"].items()
+        if resource["Type"] in {"AWS::IAM::Role", "AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"}
+        or (resource["Type"].startswith("AWS::Serverless::") and "Policies" in resource.get("Properties", {}))
+    }
+    assert holders == set(PERMISSIONS), "a principal without a declaration, or a declaration without a principal"
+
+
+def test_every_grant_says_why(body: dict[str, Any]) -> None:
+    for logical_id, grants in PERMISSIONS.items():
+        for grant in grants:
+            assert len(grant.why) > 10, f"{logical_id}: {grant.actions} needs a reason"
+
+
+def test_no_statement_grants_lifecycle_policy_or_acl_actions(body: dict[str, Any]) -> None:
+    assert iam.forbidden_grants(body) == []
+
+
+def test_wildcard_resources_are_only_where_aws_allows_no_other(body: dict[str, Any]) -> None:
+    resolver = iam.fake_resolver(body)
+    wildcard_actions = {
+        action
+        for logical_id in PERMISSIONS
+        for statement in iam.statements_of(body, logical_id, resolver)
+        if "*" in statement.resources
+        for action in statement.actions
+    }
+    assert {a.split(":")[0] for a in wildcard_actions} <= {"logs", "xray", "ecr", "cloudwatch", "ec2", "sagemaker"}
+    assert {a for a in wildcard_actions if a.startswith(("sagemaker:", "ecr:", "logs:Create", "logs:Put"))} == {
+        "sagemaker:ListModelPackages",
+        "ecr:GetAuthorizationToken",
+        "logs:CreateLogDelivery",
+        "logs:PutResourcePolicy",
+    }
+
+
+# ---------------------------------------------------------- broken copies --
+def _statements(body: dict[str, Any], logical_id: str) -> list[dict[str, Any]]:
+    for entry in body["Resources"][logical_id]["Properties"]["Policies"]:
+        if "Statement" in entry:
+            statements: list[dict[str, Any]] = entry["Statement"]
+            return statements
+    raise AssertionError(f"{logical_id} has no Statement")
+
+
+def test_a_copy_missing_a_needed_statement_fails_the_check(body: dict[str, Any]) -> None:
+    broken = copy.deepcopy(body)
+    statements = _statements(broken, "IntakeFunction")
+    statements[:] = [s for s in statements if s["Action"] != "s3:DeleteObjectVersion"]
+
+    problems = iam.check_template(broken, iam.fake_resolver(broken))
+
+    assert any(p.startswith("IntakeFunction: lacks s3:DeleteObjectVersion on arn:aws:s3:::") for p in problems), (
+        problems
+    )
+
+
+@pytest.mark.parametrize(
+    ("action", "resource", "forbidden"),
+    [
+        ("s3:DeleteObject", {"Fn::Sub": "arn:${AWS::Partition}:s3:::${DataBucket}/dataset/manifests/*"}, False),
+        ("s3:PutObject", {"Fn::Sub": "arn:${AWS::Partition}:s3:::${DataBucket}/dataset/manifests/*"}, False),
+        ("s3:PutBucketPolicy", {"Fn::Sub": "arn:${AWS::Partition}:s3:::${DataBucket}"}, True),
+        ("s3:PutLifecycleConfiguration", {"Fn::Sub": "arn:${AWS::Partition}:s3:::${DataBucket}"}, True),
+        ("s3:*", {"Fn::Sub": "arn:${AWS::Partition}:s3:::${DataBucket}/*"}, True),
+    ],
+)
+def test_a_copy_granting_one_action_more_fails_the_check(
+    body: dict[str, Any], action: str, resource: dict[str, Any], forbidden: bool
+) -> None:
+    broken = copy.deepcopy(body)
+    _statements(broken, "IntakeFunction").append({"Effect": "Allow", "Action": action, "Resource": resource})
+
+    problems = iam.check_template(broken, iam.fake_resolver(broken))
+
+    assert any(p.startswith(f"IntakeFunction: grants {action} on arn:aws:s3:::") for p in problems), problems
+    assert bool(iam.forbidden_grants(broken)) is forbidden
+
+
+def test_a_copy_that_drops_a_condition_fails_the_check(body: dict[str, Any]) -> None:
+    broken = copy.deepcopy(body)
+    (create,) = [s for s in _statements(broken, "TrainingJobFunction") if s["Action"] == "sagemaker:CreateTrainingJob"]
+    del create["Condition"]["Bool"]
+
+    problems = iam.check_template(broken, iam.fake_resolver(broken))
+
+    assert any("lacks the conditions" in p and "InterContainerTrafficEncryption" in p for p in problems), problems
+
+
+def test_a_sam_policy_template_is_refused(body: dict[str, Any]) -> None:
+    broken = copy.deepcopy(body)
+    broken["Resources"]["TriggerFunction"]["Properties"]["Policies"].append(
+        {"S3CrudPolicy": {"BucketName": {"Ref": "DataBucket"}}}
+    )
+
+    with pytest.raises(AssertionError, match="grants outside explicit statements"):
+        iam.check_template(broken, iam.fake_resolver(broken))
+
+
+# ------------------------------------------------------------ training jobs --
+def _job_need(resolver: Resolver, body: dict[str, Any], **context: Any) -> iam.Need:
+    names = iam.placeholders(body, resolver)
+    job = names["jobs"].removesuffix("*") + "ds-2026-01-01-abcdef12"
+    good = {
+        "sagemaker:VpcSubnets": ["subnet-0aaa", "subnet-0bbb"],
+        "sagemaker:VpcSecurityGroupIds": ["sg-0fake"],
+        "sagemaker:VolumeKmsKey": names["key"],
+        "sagemaker:OutputKmsKey": names["key"],
+        "sagemaker:InterContainerTrafficEncryption": "true",
+    }
+    merged = {key: value for key, value in {**good, **context}.items() if value is not None}
+    return iam.Need("sagemaker:CreateTrainingJob", job, merged)
+
+
+@pytest.mark.parametrize(
+    ("context", "allowed"),
+    [
+        ({}, True),
+        ({"sagemaker:VpcSubnets": ["subnet-0aaa"]}, True),
+        ({"sagemaker:VpcSubnets": ["subnet-0aaa", "subnet-elsewhere"]}, False),
+        ({"sagemaker:VpcSubnets": None, "sagemaker:VpcSecurityGroupIds": None}, False),
+        ({"sagemaker:VpcSecurityGroupIds": ["sg-open-to-all"]}, False),
+        ({"sagemaker:VolumeKmsKey": None}, False),
+        ({"sagemaker:OutputKmsKey": "arn:aws:kms:eu-west-1:111122223333:key/other"}, False),
+        ({"sagemaker:InterContainerTrafficEncryption": "false"}, False),
+        ({"sagemaker:InterContainerTrafficEncryption": None}, False),
+    ],
+)
+def test_training_jobs_are_created_only_in_the_vpc_encrypted(
+    body: dict[str, Any], context: dict[str, Any], allowed: bool
+) -> None:
+    resolver = iam.fake_resolver(body)
+    statements = iam.statements_of(body, "TrainingJobFunction", resolver)
+
+    assert iam.allowed(statements, _job_need(resolver, body, **context)) is allowed
+
+
+def test_only_this_stacks_jobs_and_role_are_touched(body: dict[str, Any]) -> None:
+    resolver = iam.fake_resolver(body)
+    statements = iam.statements_of(body, "TrainingJobFunction", resolver)
+    need = _job_need(resolver, body)
+    other_job = need.resource.replace(f"retrain-{iam.stack_uuid_prefix(resolver)}-", "retrain-0000beef-")
+    role = iam.placeholders(body, resolver)["training_role"]
+
+    assert not iam.allowed(statements, iam.Need(need.action, other_job, need.context))
+    assert not iam.allowed(statements, iam.Need("sagemaker:StopTrainingJob", other_job))
+    assert iam.allowed(statements, iam.Need("iam:PassRole", role, {"iam:PassedToService": "sagemaker.amazonaws.com"}))
+    assert not iam.allowed(statements, iam.Need("iam:PassRole", role, {"iam:PassedToService": "ec2.amazonaws.com"}))
+    assert not iam.allowed(
+        statements, iam.Need("iam:PassRole", role.replace("TrainingRole", "Admin"), {"iam:PassedToService": "x"})
+    )
+
+
+def test_the_job_name_prefix_is_this_stacks_and_fits_the_job_configuration(body: dict[str, Any]) -> None:
+    from functions.training_job.config import JobConfig  # noqa: PLC0415
+
+    resolver = iam.fake_resolver(body)
+    env = resolver.resolve(body["Resources"]["TrainingJobFunction"]["Properties"]["Environment"]["Variables"])
+    prefix = env["TRAINING_JOB_JOB_NAME_PREFIX"]
+    pattern = JobConfig.model_fields["job_name_prefix"].metadata[0].pattern
+
+    assert prefix == f"retrain-{iam.stack_uuid_prefix(resolver)}"
+    assert re.fullmatch(pattern, prefix) and prefix == prefix.lower(), "SageMaker's ARNs name jobs in lowercase"
+    assert iam.placeholders(body, resolver)["jobs"].endswith(f"training-job/{prefix}-*")
+
+
+def test_the_file_system_granted_is_the_one_the_stack_uses(body: dict[str, Any]) -> None:
+    existing = "fs-0123456789abcdef0"
+    for parameters, expected in (({}, "fs-0fake0000000000"), ({"ExistingFileSystemId": existing}, existing)):
+        statements = resolved(body, "DatasetSyncFunction", **parameters)
+        arn = f"arn:aws:fsx:{iam.REGION}:{iam.ACCOUNT}:file-system/{expected}"
+        assert iam.allowed(statements, iam.Need("fsx:CreateDataRepositoryTask", arn))
+        assert not iam.allowed(statements, iam.Need("fsx:CreateDataRepositoryTask", arn + "0"))
+
+
+def test_the_state_machine_may_invoke_exactly_the_functions_its_definition_names(body: dict[str, Any]) -> None:
+    resolver = iam.fake_resolver(body)
+    props = body["Resources"]["RetrainStateMachine"]["Properties"]
+    definition = json.loads(
+        substitute_definition(ROOT / props["DefinitionUri"], resolver.resolve(props["DefinitionSubstitutions"]))
+    )
+    invoked: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("Type") == "Task":
+                resource = node["Resource"]
+                assert resource.startswith("arn:aws:lambda:"), f"a Task of another kind is not modelled: {resource}"
+                invoked.add(resource)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(definition)
+    statements = iam.statements_of(body, "RetrainStateMachine", resolver)
+    granted = {r for s in statements if "lambda:InvokeFunction" in s.actions for r in s.resources}
+
+    assert granted == invoked
