@@ -5,10 +5,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TOOLS := .tools
+# Tools that are not the project's dependencies, each in its own environment under .tools/
+# (aws-sam-cli pins an older boto3 than ours; checkov pins much of its own). A stamp named after
+# the pinned version marks an install: changing a pin reinstalls that tool, nothing else does.
 ASL_VALIDATOR_VERSION := 4.0.0
+SAM_CLI_VERSION := 1.170.0
+CHECKOV_VERSION := 3.3.30
+ASL_VALIDATOR := $(TOOLS)/node_modules/.bin/asl-validator
+SAM := $(TOOLS)/sam/bin/sam
+CHECKOV := $(TOOLS)/checkov/bin/checkov
+ASL_VALIDATOR_STAMP := $(TOOLS)/.asl-validator-$(ASL_VALIDATOR_VERSION)
+SAM_STAMP := $(TOOLS)/sam/.installed-$(SAM_CLI_VERSION)
+CHECKOV_STAMP := $(TOOLS)/checkov/.installed-$(CHECKOV_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run test test-fast lint format typecheck pr bench validate-template package-trainer upload-trainer deploy lock clean
+.PHONY: help venv tools run test test-fast lint format typecheck pr bench validate-template sam-build package-trainer upload-trainer deploy lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -25,10 +36,10 @@ venv: $(STAMP) ## Create or update the virtual environment
 run: $(STAMP) ## Run the whole loop offline (moto + real functions + state machine)
 	$(BIN)/retrain local demo
 
-test: $(STAMP) ## Run every test (set-up included)
+test: $(STAMP) tools ## Run every test (set-up included)
 	$(BIN)/pytest
 
-test-fast: $(STAMP) ## Run the tests not marked slow
+test-fast: $(STAMP) tools ## Run the tests not marked slow
 	$(BIN)/pytest -m "not slow"
 
 lint: $(STAMP) ## ruff lint and format check
@@ -47,12 +58,38 @@ pr: lint typecheck validate-template test ## Everything CI runs, before you open
 bench: $(STAMP) ## Run the ratio benchmarks (prints name: value lines)
 	@for bench in benchmarks/bench_*.py; do echo "# $$bench"; $(BIN)/python $$bench || exit 1; done
 
-$(TOOLS)/node_modules/.bin/asl-validator:
+$(ASL_VALIDATOR_STAMP):
 	npm install --silent --no-audit --no-fund --prefix $(TOOLS) asl-validator@$(ASL_VALIDATOR_VERSION)
+	@rm -f $(TOOLS)/.asl-validator-* && touch $@
 
-validate-template: $(STAMP) $(TOOLS)/node_modules/.bin/asl-validator ## cfn-lint the template, validate the ASL graph
-	$(BIN)/cfn-lint template.yaml
-	$(TOOLS)/node_modules/.bin/asl-validator --json-path statemachine/retrain.asl.json
+$(SAM_STAMP):
+	rm -rf $(TOOLS)/sam
+	$(PYTHON) -m venv $(TOOLS)/sam
+	$(TOOLS)/sam/bin/python -m pip install --quiet --upgrade pip
+	$(TOOLS)/sam/bin/python -m pip install --quiet aws-sam-cli==$(SAM_CLI_VERSION)
+	@touch $@
+
+$(CHECKOV_STAMP):
+	rm -rf $(TOOLS)/checkov
+	$(PYTHON) -m venv $(TOOLS)/checkov
+	$(TOOLS)/checkov/bin/python -m pip install --quiet --upgrade pip
+	$(TOOLS)/checkov/bin/python -m pip install --quiet checkov==$(CHECKOV_VERSION)
+	@touch $@
+
+tools: $(ASL_VALIDATOR_STAMP) $(SAM_STAMP) $(CHECKOV_STAMP) ## Install sam, checkov and asl-validator under .tools/
+
+# Each check in its own environment: cfn-lint from .venv (constraints.txt pins it), sam and
+# checkov from theirs under .tools/, asl-validator from npm. TEMPLATE and ASL name other files
+# (the tests point them at broken copies). checkov reads the SAM template as it is (it knows
+# AWS::Serverless::Function); --skip-download: no network here, nothing fetched from Prisma Cloud.
+# A finding that does not apply is skipped next to its resource in template.yaml, with the reason.
+TEMPLATE ?= template.yaml
+ASL ?= statemachine/retrain.asl.json
+validate-template: $(STAMP) $(ASL_VALIDATOR_STAMP) $(SAM_STAMP) $(CHECKOV_STAMP) ## cfn-lint, sam validate --lint, asl-validator, checkov
+	$(BIN)/cfn-lint $(TEMPLATE)
+	SAM_CLI_TELEMETRY=0 $(SAM) validate --lint --region us-east-1 --template-file $(TEMPLATE)
+	$(ASL_VALIDATOR) --json-path $(ASL)
+	$(CHECKOV) --file $(TEMPLATE) --framework cloudformation --skip-download --compact --quiet
 
 package-trainer: $(STAMP) ## Build build/trainer/sourcedir.tar.gz (reproducible; its sha256 beside it)
 	$(BIN)/retrain package-trainer build/trainer
@@ -61,8 +98,15 @@ upload-trainer: package-trainer ## Upload the trainer to a deployed stack: make 
 	@test -n "$(STACK)" || { echo "usage: make upload-trainer STACK=<stack name>"; exit 2; }
 	$(BIN)/retrain package-trainer build/trainer --stack "$(STACK)"
 
-deploy: ## Deploy with AWS SAM, then upload the trainer (needs sam and AWS credentials)
-	sam build && sam deploy --guided
+# --build-in-source: sam otherwise copies the whole CodeUri (the repository, .venv and .tools
+# included: gigabytes) into a scratch folder for each function before it runs make there.
+# No container: build-% downloads the functions' platform wheels itself, so no Docker is needed.
+sam-build: $(STAMP) $(SAM_STAMP) ## Build the Lambda packages (python3.13, arm64) into .aws-sam/build, print their sizes
+	SAM_CLI_TELEMETRY=0 $(SAM) build --build-in-source
+	@for dir in .aws-sam/build/*Function; do printf '  %-28s %s MiB\n' "$$(basename $$dir)" "$$(du -sm --apparent-size $$dir | cut -f1)"; done
+
+deploy: sam-build ## Deploy with AWS SAM, then upload the trainer (needs AWS credentials)
+	SAM_CLI_TELEMETRY=0 $(SAM) deploy --guided
 	@echo "Now: make upload-trainer STACK=<the stack name you chose>"
 
 lock: ## Re-pin every dependency into constraints.txt after changing pyproject.toml
@@ -70,11 +114,36 @@ lock: ## Re-pin every dependency into constraints.txt after changing pyproject.t
 
 # SAM's makefile builder for every function (Metadata: BuildMethod: makefile): the functions
 # package and the Lambda runtime dependencies only, never torch or the offline stack.
+# `sam build` runs `make build-<LogicalId>` with ARTIFACTS_DIR set, in the environment sam was
+# started from (PYTHON too, when exported): so the recipe names its interpreter by absolute path,
+# the project's .venv (its pip is the one constraints.txt was tested with), not whatever python3
+# is first on PATH. Any pip would do: nothing is built, the wheels below are only unpacked.
+#
+# The wheels are for the functions' platform (template.yaml's Globals: python3.13 on arm64), not
+# this machine's: CPython 3.13 binary wheels for manylinux aarch64, so pydantic-core, Pillow and
+# wrapt are the aarch64 cp313 builds (Lambda's Amazon Linux 2023 has glibc 2.34, newer than
+# either tag needs). --no-compile: bytecode of this machine's Python is no use to 3.13.
+ROOT := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))
+LAMBDA_PIP := $(ROOT)/$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile --upgrade \
+  --platform manylinux2014_aarch64 --platform manylinux_2_28_aarch64 \
+  --implementation cp --python-version 3.13 --only-binary=:all: -c $(ROOT)/constraints.txt
+LAMBDA_REQUIREMENTS := aws-lambda-powertools pydantic pydantic-settings pillow slack-sdk
+# Powertools' `tracer` extra is aws-xray-sdk, which requires botocore (about 22 MiB unzipped, a
+# third of the package). The Lambda runtime provides boto3 and botocore, which the functions use
+# anyway: so aws-xray-sdk and its only other dependency, wrapt, go in without their dependencies.
+LAMBDA_REQUIREMENTS_NO_DEPS := aws-xray-sdk wrapt
+
 build-%:
+	@test -x "$(ROOT)/$(BIN)/python" || { echo "build-$*: run 'make venv' first (pip of $(ROOT)/$(BIN))"; exit 2; }
+	@test -n "$(ARTIFACTS_DIR)" || { echo "build-$*: ARTIFACTS_DIR is not set (sam build sets it)"; exit 2; }
 	mkdir -p "$(ARTIFACTS_DIR)"
-	cp -r functions "$(ARTIFACTS_DIR)/"
-	$(PYTHON) -m pip install --quiet --target "$(ARTIFACTS_DIR)" \
-	  -c constraints.txt 'aws-lambda-powertools[tracer]' pydantic pydantic-settings pillow slack-sdk
+	cp -r "$(ROOT)/functions" "$(ARTIFACTS_DIR)/"
+	find "$(ARTIFACTS_DIR)/functions" -name __pycache__ -prune -exec rm -rf {} +
+	$(LAMBDA_PIP) --target "$(ARTIFACTS_DIR)" $(LAMBDA_REQUIREMENTS)
+	$(LAMBDA_PIP) --target "$(ARTIFACTS_DIR)" --no-deps $(LAMBDA_REQUIREMENTS_NO_DEPS)
+	@# Without importing (aarch64 wheels): every import of functions/ resolves to the package, the
+	@# 3.13 standard library or the runtime's boto3; no boto3/botocore inside. Prints the size.
+	$(ROOT)/$(BIN)/python -m retrain.lambda_package "$(ARTIFACTS_DIR)"
 
 clean: ## Remove the environment and caches
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache *.egg-info
