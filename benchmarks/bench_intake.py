@@ -25,10 +25,16 @@ Run from the repository root. Prints `name: value` lines on stdout, progress on 
   Lambda (tracing on), against a bare `import boto3`; medians over `--repeats`, after one
   discarded import that writes the bytecode caches (a deployed package ships compiled files).
 - `deployed_package_mib`: what the Makefile's `build-%` target (SAM's makefile builder) puts in
-  the artifact: `functions/` (without caches) plus `pip install --target` of the packages that
-  target names, with `constraints.txt`. Fails if torch or the SageMaker SDK ends up inside.
-  Where pip cannot install, the installed distributions of that dependency closure are measured
-  instead (`deployed_package_method` says which).
+  the artifact, built by `make build-IntakeFunction ARTIFACTS_DIR=<a temporary folder>`:
+  `functions/` (without caches) plus the Lambda platform's wheels (python3.13, aarch64) of the
+  packages that target names, with `constraints.txt`. Fails if torch or the SageMaker SDK ends up
+  inside. Where the build fails (no network, say), the installed distributions of that dependency
+  closure are measured instead (`deployed_package_method` says which).
+- `intake_package_mb`: the intake function's package, MiB (as Lambda's 250 MB quota counts):
+  `.aws-sam/build/IntakeFunction` where `make sam-build` left one newer than the Makefile and
+  constraints.txt, else the package built above (`intake_package_source` says which).
+
+    .venv/bin/python benchmarks/bench_intake.py --package-only   # only the package figures
 """
 
 from __future__ import annotations
@@ -350,29 +356,20 @@ def import_seconds(module: str, repeats: int) -> float:
 
 
 # ---------------------------------------------------------- package size --
-def build_requirements() -> list[str]:
-    """The packages the Makefile's `build-%` target installs (read, so the two cannot drift)."""
+def makefile_words(variable: str) -> list[str]:
+    """The words of a `NAME := ...` assignment in the Makefile (read, so the two cannot drift)."""
     text = (ROOT / "Makefile").read_text(encoding="utf-8").replace("\\\n", " ")
-    recipe = re.search(r"^build-%:.*?\n((?:\t.*\n?)+)", text, flags=re.MULTILINE)
-    if recipe is None:
-        raise SystemExit("bench_intake: the Makefile has no build-% target")
-    for line in recipe.group(1).splitlines():
-        words = shlex.split(line.strip())
-        if "pip" in words and "install" in words:
-            after = words[words.index("install") + 1 :]
-            skip_next = {"-c", "--constraint", "--target", "-t"}
-            requirements, skipping = [], False
-            for word in after:
-                if skipping:
-                    skipping = False
-                elif word in skip_next:
-                    skipping = True
-                elif not word.startswith("-"):
-                    requirements.append(word)
-            if "constraints.txt" not in after:
-                raise SystemExit("bench_intake: build-% installs without constraints.txt")
-            return requirements
-    raise SystemExit("bench_intake: the build-% target runs no pip install")
+    found = re.search(rf"^{variable}\s*:?=(.*)$", text, flags=re.MULTILINE)
+    if found is None:
+        raise SystemExit(f"bench_intake: the Makefile sets no {variable}")
+    return shlex.split(found.group(1))
+
+
+def build_requirements() -> tuple[list[str], list[str]]:
+    """(installed with their dependencies, installed without) by the Makefile's `build-%` target."""
+    if "-c $(ROOT)/constraints.txt" not in " ".join(makefile_words("LAMBDA_PIP")):
+        raise SystemExit("bench_intake: build-% installs without constraints.txt")
+    return makefile_words("LAMBDA_REQUIREMENTS"), makefile_words("LAMBDA_REQUIREMENTS_NO_DEPS")
 
 
 def tree_bytes(folder: Path) -> int:
@@ -388,30 +385,16 @@ def top_level_sizes(folder: Path) -> dict[str, int]:
     return sizes
 
 
-def pip_install(requirements: list[str], target: Path) -> str | None:
-    """`pip install --target` as `build-%` runs it; None when it worked, else pip's complaint."""
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--retries",
-        "0",
-        "--timeout",
-        "15",
-        "--target",
-        str(target),
-        "-c",
-        str(ROOT / "constraints.txt"),
-        *requirements,
-    ]
+def make_build(target: Path) -> str | None:
+    """`make build-IntakeFunction` into `target`, as `sam build` runs it; None when it worked,
+    else the last line of its complaint."""
+    command = ["make", "--no-print-directory", f"build-{INTAKE}", f"ARTIFACTS_DIR={target}"]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     except subprocess.TimeoutExpired:
-        return "pip took more than 300 s"
-    return None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
+        return "make took more than 300 s"
+    complaint = [line for line in (done.stdout + done.stderr).splitlines() if "WARNING: Location" not in line]
+    return None if done.returncode == 0 else (complaint or ["?"])[-1]
 
 
 def closure(requirements: list[str]) -> list[metadata.Distribution]:
@@ -458,30 +441,49 @@ def zipped_bytes(folder: Path) -> int:
         return handle.tell()
 
 
-def package_size(use_pip: bool) -> tuple[float, float | None, str, str]:
-    """(MiB unzipped, MiB zipped or None, method, the largest parts)."""
-    requirements = build_requirements()
-    log(f"[package] functions/ + pip install --target {' '.join(requirements)}")
+SAM_BUILD = ROOT / ".aws-sam" / "build" / INTAKE
+
+
+def sam_build_package() -> Path | None:
+    """The intake package `make sam-build` left, where it is newer than what it is built from."""
+    newest_input = max((ROOT / name).stat().st_mtime for name in ("Makefile", "constraints.txt"))
+    if (SAM_BUILD / "functions").is_dir() and SAM_BUILD.stat().st_mtime > newest_input:
+        return SAM_BUILD
+    return None
+
+
+def package_size(use_pip: bool) -> tuple[float, float | None, str, str, float, str]:
+    """(MiB unzipped, MiB zipped or None, method, the largest parts, the intake package's MiB,
+    where that was measured)."""
+    requirements, without_dependencies = build_requirements()
+    log(f"[package] make build-{INTAKE}: functions/ + {' '.join(requirements + without_dependencies)}")
     with tempfile.TemporaryDirectory() as scratch:
         artifact = Path(scratch) / "artifact"
-        shutil.copytree(
-            ROOT / "functions",
-            artifact / "functions",
-            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-        )
-        problem = pip_install(requirements, artifact) if use_pip else "--installed-only"
+        problem = make_build(artifact) if use_pip else "--installed-only"
         if problem is None:
-            method = "pip install --target (the Makefile's build-% target)"
+            method = f"make build-{INTAKE} (the Makefile's build-% target, Lambda's platform wheels)"
             parts = top_level_sizes(artifact)
             names = {name.lower() for name in parts}
             total, zipped = tree_bytes(artifact), zipped_bytes(artifact)
         else:
-            log(f"[package] pip could not install ({problem}); measuring the installed ones")
-            method = f"installed distributions (importlib.metadata), pip not used: {problem}"
-            parts = installed_bytes(closure(requirements))
+            log(f"[package] the build failed ({problem}); measuring the installed distributions")
+            method = f"installed distributions (importlib.metadata), not built: {problem}"
+            shutil.rmtree(artifact, ignore_errors=True)
+            shutil.copytree(
+                ROOT / "functions",
+                artifact / "functions",
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
+            distributions = closure(requirements) + [metadata.distribution(name) for name in without_dependencies]
+            parts = installed_bytes(distributions)
             parts["functions"] = tree_bytes(artifact / "functions")
             names = {name.lower() for name in parts}
             total, zipped = sum(parts.values()), None
+    built = sam_build_package()
+    if built is not None:
+        intake, source = tree_bytes(built) / MIB, str(built.relative_to(ROOT))
+    else:
+        intake, source = total / MIB, method
     inside = sorted(
         name
         for name in names
@@ -492,7 +494,7 @@ def package_size(use_pip: bool) -> tuple[float, float | None, str, str]:
         raise SystemExit(f"bench_intake: the Lambda package contains {', '.join(inside)}")
     largest = sorted(parts.items(), key=lambda item: item[1], reverse=True)[:4]
     described = ", ".join(f"{name} {size / MIB:.1f}" for name, size in largest)
-    return total / MIB, (zipped / MIB if zipped is not None else None), method, described
+    return total / MIB, (zipped / MIB if zipped is not None else None), method, described, intake, source
 
 
 def main() -> None:
@@ -513,9 +515,15 @@ def main() -> None:
         action="store_true",
         help="measure the package from the installed distributions, without pip",
     )
+    parser.add_argument("--package-only", action="store_true", help="only the package size figures")
     args = parser.parse_args()
     os.chdir(ROOT)
     started = time.monotonic()
+
+    if args.package_only:
+        report_package(use_pip=not args.installed_only)
+        log(f"[done] in {time.monotonic() - started:.0f} s")
+        return
 
     if args.full_size_only:
         report_full_size(args.full_size_pairs)
@@ -539,13 +547,19 @@ def main() -> None:
     metric("boto3_import_seconds", f"{boto3:.3f}")
     metric("intake_import_vs_boto3_ratio", f"{intake / boto3:.2f}")
 
-    mib, zipped, method, largest = package_size(use_pip=not args.installed_only)
+    report_package(use_pip=not args.installed_only)
+    log(f"[done] in {time.monotonic() - started:.0f} s")
+
+
+def report_package(use_pip: bool) -> None:
+    mib, zipped, method, largest, intake, source = package_size(use_pip)
     metric("deployed_package_mib", f"{mib:.1f}")
     if zipped is not None:
         metric("deployed_package_zipped_mib", f"{zipped:.1f}")
     metric("deployed_package_largest_mib", largest)
     metric("deployed_package_method", method)
-    log(f"[done] in {time.monotonic() - started:.0f} s")
+    metric("intake_package_mb", f"{intake:.1f}")
+    metric("intake_package_source", source)
 
 
 if __name__ == "__main__":
