@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 
@@ -33,6 +33,10 @@ class StackClients:
     # On boto3's default session: their calls reach the offline stack's emulators.
     fsx: FSxClient
     sagemaker: SageMakerClient
+    # Untyped: the project installs no stubs for these three, used only to create resources.
+    kms: Any
+    ec2: Any
+    cloudwatch: Any
 
     @classmethod
     def create(cls, *, region: str, endpoint_url: str | None) -> StackClients:
@@ -51,4 +55,7 @@ class StackClients:
             logs=client("logs"),
             fsx=clients.make("fsx", endpoint_url=endpoint_url),
             sagemaker=clients.make("sagemaker", endpoint_url=endpoint_url),
+            kms=client("kms"),
+            ec2=client("ec2"),
+            cloudwatch=client("cloudwatch"),
         )

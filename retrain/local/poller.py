@@ -66,6 +66,8 @@ class EventSourceMapping:
     batch_size: int = 10
     batching_window_seconds: float = 0.0
     report_batch_item_failures: bool = False
+    # ScalingConfig.MaximumConcurrency: Lambda runs no more pollers' batches at once than this.
+    maximum_concurrency: int | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,11 @@ class SqsPoller:
                 "Attributes"
             ]["VisibilityTimeout"]
         )
+        if mapping.maximum_concurrency is not None and not 2 <= mapping.maximum_concurrency <= 1000:
+            raise EventSourceMappingError(
+                f"queue {mapping.queue_arn}: ScalingConfig.MaximumConcurrency is 2 to 1000, "
+                f"not {mapping.maximum_concurrency} (Lambda refuses this mapping)"
+            )
         timeout = self._runtime.spec(mapping.function).timeout_seconds
         if visibility < timeout:
             raise EventSourceMappingError(
@@ -140,7 +147,7 @@ class SqsPoller:
     def start(self) -> None:
         self._stop.clear()
         for mapping in self._mappings:
-            for index in range(self.pollers):
+            for index in range(min(self.pollers, mapping.maximum_concurrency or self.pollers)):
                 thread = threading.Thread(
                     target=self._run, args=(mapping,), name=f"poller-{mapping.function}-{index}", daemon=True
                 )

@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Resource types with nothing to emulate offline (IAM is not enforced by moto).
-# IAM is not enforced offline: policies are left out (a role still answers Ref and GetAtt).
-IGNORED_TYPES = frozenset({"AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"})
+# IAM is not enforced offline: policies are left out (a role or managed policy still answers
+# Ref and GetAtt). The Rules section is checked, not created.
+IGNORED_TYPES = frozenset({"AWS::IAM::Policy"})
 PLACEHOLDER = "${"
 
 
@@ -68,13 +68,24 @@ class ResourceBuilder:
             "AWS::FSx::FileSystem": self._file_system,
             "AWS::FSx::DataRepositoryAssociation": self._repository_association,
             "AWS::SageMaker::ModelPackageGroup": self._model_package_group,
+            "AWS::IAM::ManagedPolicy": self._managed_policy,
+            "AWS::KMS::Key": self._kms_key,
+            "AWS::KMS::Alias": self._kms_alias,
+            "AWS::EC2::SecurityGroup": self._security_group,
+            "AWS::EC2::SecurityGroupIngress": self._security_group_ingress,
+            "AWS::EC2::VPCEndpoint": self._vpc_endpoint,
+            "AWS::CloudWatch::Alarm": self._alarm,
         }
 
     def build(self) -> CreatedStack:
+        self._resolver.check_rules(self._template.rules)
         for logical_id in self._template.creation_order():
             resource = self._template.resources[logical_id]
             resource_type = resource.get("Type", "")
             if resource_type in IGNORED_TYPES:
+                continue
+            if "Condition" in resource and not self._resolver.condition(resource["Condition"]):
+                log.info("%s: not created (condition %s is false)", logical_id, resource["Condition"])
                 continue
             creator = self._creators.get(resource_type)
             if creator is None:
@@ -85,6 +96,8 @@ class ResourceBuilder:
                 self._resolver.created[logical_id] = created
                 self._stack.resources[logical_id] = created
         for name, output in self._template.body.get("Outputs", {}).items():
+            if "Condition" in output and not self._resolver.condition(output["Condition"]):
+                continue
             self._stack.outputs[name] = str(self._resolver.resolve(output["Value"]))
         return self._stack
 
@@ -112,10 +125,10 @@ class ResourceBuilder:
                 VersioningConfiguration={"Status": props["VersioningConfiguration"]["Status"]},
             )
         if "BucketEncryption" in props:
-            rules: list[Any] = [
+            encryption: list[Any] = [
                 _encryption_rule(rule) for rule in props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
             ]
-            s3.put_bucket_encryption(Bucket=name, ServerSideEncryptionConfiguration={"Rules": rules})
+            s3.put_bucket_encryption(Bucket=name, ServerSideEncryptionConfiguration={"Rules": encryption})
         if "PublicAccessBlockConfiguration" in props:
             s3.put_public_access_block(
                 Bucket=name,
@@ -123,6 +136,20 @@ class ResourceBuilder:
             )
         if "OwnershipControls" in props:
             s3.put_bucket_ownership_controls(Bucket=name, OwnershipControls=props["OwnershipControls"])
+        if "LifecycleConfiguration" in props:
+            rules: list[Any] = [_lifecycle_rule(r) for r in props["LifecycleConfiguration"]["Rules"]]
+            s3.put_bucket_lifecycle_configuration(Bucket=name, LifecycleConfiguration={"Rules": rules})
+        if "LoggingConfiguration" in props:
+            logging_config = props["LoggingConfiguration"]
+            s3.put_bucket_logging(
+                Bucket=name,
+                BucketLoggingStatus={
+                    "LoggingEnabled": {
+                        "TargetBucket": logging_config["DestinationBucketName"],
+                        "TargetPrefix": logging_config.get("LogFilePrefix", ""),
+                    }
+                },
+            )
         queues = props.get("NotificationConfiguration", {}).get("QueueConfigurations", [])
         if queues:
             s3.put_bucket_notification_configuration(
@@ -196,6 +223,67 @@ class ResourceBuilder:
         name = props.get("RoleName") or self._name(logical_id)
         arn = f"arn:aws:iam::{self._resolver.account_id}:role/{name}"
         return Created(ref=name, attributes={"Arn": arn, "RoleId": f"AROA{name[:16].upper()}"})
+
+    def _managed_policy(self, logical_id: str, props: dict[str, Any]) -> Created:
+        name = props.get("ManagedPolicyName") or self._name(logical_id)
+        return Created(ref=f"arn:aws:iam::{self._resolver.account_id}:policy/{name}")
+
+    # ----------------------------------------------------------------- KMS --
+    def _kms_key(self, logical_id: str, props: dict[str, Any]) -> Created:
+        kms = self._aws.kms
+        metadata = kms.create_key(
+            Description=props.get("Description", ""),
+            Policy=json.dumps(props["KeyPolicy"]) if "KeyPolicy" in props else None,
+        )["KeyMetadata"]
+        if props.get("EnableKeyRotation"):
+            kms.enable_key_rotation(KeyId=metadata["KeyId"])
+        return Created(ref=metadata["KeyId"], attributes={"Arn": metadata["Arn"], "KeyId": metadata["KeyId"]})
+
+    def _kms_alias(self, logical_id: str, props: dict[str, Any]) -> Created:
+        self._aws.kms.create_alias(AliasName=props["AliasName"], TargetKeyId=props["TargetKeyId"])
+        return Created(ref=props["AliasName"])
+
+    # ----------------------------------------------------------------- EC2 --
+    def _security_group(self, logical_id: str, props: dict[str, Any]) -> Created:
+        ec2 = self._aws.ec2
+        group_id = ec2.create_security_group(
+            GroupName=props.get("GroupName") or self._name(logical_id),
+            Description=props["GroupDescription"],
+            VpcId=props["VpcId"],
+        )["GroupId"]
+        egress = props.get("SecurityGroupEgress")
+        if egress is not None:
+            # As CloudFormation does: stated egress rules replace the default allow-all rule.
+            ec2.revoke_security_group_egress(
+                GroupId=group_id, IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]
+            )
+            ec2.authorize_security_group_egress(GroupId=group_id, IpPermissions=[_ip_permission(r) for r in egress])
+        return Created(ref=group_id, attributes={"GroupId": group_id, "VpcId": props["VpcId"]})
+
+    def _security_group_ingress(self, logical_id: str, props: dict[str, Any]) -> Created:
+        self._aws.ec2.authorize_security_group_ingress(GroupId=props["GroupId"], IpPermissions=[_ip_permission(props)])
+        return Created(ref=f"{props['GroupId']}-{logical_id}")
+
+    def _vpc_endpoint(self, logical_id: str, props: dict[str, Any]) -> Created:
+        endpoint = self._aws.ec2.create_vpc_endpoint(
+            VpcId=props["VpcId"],
+            ServiceName=props["ServiceName"],
+            VpcEndpointType=props.get("VpcEndpointType", "Gateway"),
+            RouteTableIds=list(props.get("RouteTableIds", [])),
+        )["VpcEndpoint"]
+        return Created(ref=endpoint["VpcEndpointId"], attributes={"Id": endpoint["VpcEndpointId"]})
+
+    # ---------------------------------------------------------- CloudWatch --
+    def _alarm(self, logical_id: str, props: dict[str, Any]) -> Created:
+        name = props.get("AlarmName") or self._name(logical_id)
+        request: dict[str, Any] = {key: value for key, value in props.items() if key in _ALARM_FIELDS}
+        for key in ("Period", "EvaluationPeriods", "DatapointsToAlarm"):
+            if key in request:
+                request[key] = int(request[key])
+        if "Threshold" in request:
+            request["Threshold"] = float(request["Threshold"])
+        self._aws.cloudwatch.put_metric_alarm(AlarmName=name, **request)
+        return Created(ref=name, attributes={"Arn": self._arn("cloudwatch", f"alarm:{name}")})
 
     # ----------------------------------------------------------------- FSx --
     def _file_system(self, logical_id: str, props: dict[str, Any]) -> Created:
@@ -304,6 +392,9 @@ class ResourceBuilder:
                     batch_size=int(props.get("BatchSize", 10)),
                     batching_window_seconds=float(props.get("MaximumBatchingWindowInSeconds", 0)),
                     report_batch_item_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
+                    maximum_concurrency=(
+                        int(props["ScalingConfig"]["MaximumConcurrency"]) if "ScalingConfig" in props else None
+                    ),
                 )
             )
         elif kind in {"Schedule", "ScheduleV2"}:
@@ -326,11 +417,15 @@ class ResourceBuilder:
         name = props.get("Name") or self._name(logical_id)
         definition_path = self._template.path.parent / props["DefinitionUri"]
         definition = substitute_definition(definition_path, props.get("DefinitionSubstitutions", {}))
+        request: dict[str, Any] = {}
+        if "Logging" in props:
+            request["loggingConfiguration"] = _state_machine_logging(props["Logging"])
         arn = self._aws.stepfunctions.create_state_machine(
             name=name,
             definition=definition,
             roleArn=f"arn:aws:iam::{self._resolver.account_id}:role/{name}-role",
             type=props.get("Type", "STANDARD"),
+            **request,
         )["stateMachineArn"]
         return Created(ref=arn, attributes={"Arn": arn, "Name": name})
 
@@ -356,6 +451,63 @@ def _with_globals(globals_: dict[str, Any], props: dict[str, Any]) -> dict[str, 
         else:
             merged[key] = value
     return merged
+
+
+# CloudFormation's AWS::CloudWatch::Alarm properties that PutMetricAlarm takes under the same name.
+_ALARM_FIELDS = frozenset(
+    {
+        "AlarmDescription", "ActionsEnabled", "AlarmActions", "OKActions", "InsufficientDataActions",
+        "MetricName", "Namespace", "Statistic", "ExtendedStatistic", "Dimensions", "Period", "Unit",
+        "EvaluationPeriods", "DatapointsToAlarm", "Threshold", "ComparisonOperator", "TreatMissingData",
+        "EvaluateLowSampleCountPercentile", "Metrics", "ThresholdMetricId",
+    }
+)  # fmt: skip
+
+
+def _lifecycle_rule(rule: dict[str, Any]) -> dict[str, Any]:
+    """CloudFormation's lifecycle rule in the S3 API's shape (the two name several members differently)."""
+    api: dict[str, Any] = {"ID": rule["Id"], "Status": rule["Status"], "Filter": {"Prefix": rule.get("Prefix", "")}}
+    expiration: dict[str, Any] = {}
+    if "ExpirationInDays" in rule:
+        expiration["Days"] = int(rule["ExpirationInDays"])
+    if "ExpiredObjectDeleteMarker" in rule:
+        expiration["ExpiredObjectDeleteMarker"] = bool(rule["ExpiredObjectDeleteMarker"])
+    if expiration:
+        api["Expiration"] = expiration
+    if "NoncurrentVersionExpiration" in rule:
+        api["NoncurrentVersionExpiration"] = {
+            "NoncurrentDays": int(rule["NoncurrentVersionExpiration"]["NoncurrentDays"])
+        }
+    if "AbortIncompleteMultipartUpload" in rule:
+        days = int(rule["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"])
+        api["AbortIncompleteMultipartUpload"] = {"DaysAfterInitiation": days}
+    return api
+
+
+def _ip_permission(rule: dict[str, Any]) -> dict[str, Any]:
+    """One CloudFormation ingress or egress rule as an EC2 IpPermission."""
+    permission: dict[str, Any] = {"IpProtocol": str(rule["IpProtocol"])}
+    if "FromPort" in rule:
+        permission["FromPort"] = int(rule["FromPort"])
+        permission["ToPort"] = int(rule["ToPort"])
+    description = {"Description": rule["Description"]} if "Description" in rule else {}
+    if "CidrIp" in rule:
+        permission["IpRanges"] = [{"CidrIp": rule["CidrIp"], **description}]
+    if "SourceSecurityGroupId" in rule:
+        permission["UserIdGroupPairs"] = [{"GroupId": rule["SourceSecurityGroupId"], **description}]
+    return permission
+
+
+def _state_machine_logging(logging_config: dict[str, Any]) -> dict[str, Any]:
+    """SAM's Logging property in the Step Functions API's (camel-case) shape."""
+    return {
+        "level": logging_config.get("Level", "OFF"),
+        "includeExecutionData": bool(logging_config.get("IncludeExecutionData", False)),
+        "destinations": [
+            {"cloudWatchLogsLogGroup": {"logGroupArn": d["CloudWatchLogsLogGroup"]["LogGroupArn"]}}
+            for d in logging_config.get("Destinations", [])
+        ],
+    }
 
 
 def _encryption_rule(rule: dict[str, Any]) -> dict[str, Any]:

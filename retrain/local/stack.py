@@ -50,11 +50,10 @@ ACCOUNT_ID = "123456789012"  # moto's default account
 TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 # Offline there are no credentials to protect; botocore still wants some to sign with.
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-# Template parameters that have no default because a deployment must name real resources.
-OFFLINE_PARAMETERS = {
-    "TrainingSubnetIds": "subnet-0ff11e0000000001a,subnet-0ff11e0000000002b",
-    "TrainingSecurityGroupIds": "sg-0ff11e0000000001c",
-}
+# Template parameters that have no default because a deployment names an existing network: the
+# offline stack makes one in moto (a VPC, two private subnets and their route table), so the
+# template's security group and S3 endpoint are created against it as on AWS.
+NETWORK_PARAMETERS = ("TrainingVpcId", "TrainingSubnetIds", "PrivateRouteTableIds")
 LIST_TYPES = ("List<", "CommaDelimitedList")
 
 
@@ -145,7 +144,6 @@ class OfflineStack:
     def start(self) -> OfflineStack:
         options = self.options
         template = load_template(options.template)
-        parameters = _parameters(template.parameters, options.parameters)
         lists = frozenset(
             name for name, spec in template.parameters.items() if str(spec.get("Type", "")).startswith(LIST_TYPES)
         )
@@ -157,6 +155,8 @@ class OfflineStack:
             # First: every client of boto3's default session made from now on reaches them.
             self.emulators.install()
             aws = StackClients.create(region=options.region, endpoint_url=self.endpoint_url)
+            network = _offline_network(aws, template.parameters, options.parameters)
+            parameters = _parameters(template.parameters, {**network, **options.parameters})
             workdir = self._make_workdir()
             # Before the resources: the template's FSx file system is created by the emulator.
             self.fsx = FsxEmulator(s3=aws.s3, workdir=workdir / "fsx", region=options.region, account_id=ACCOUNT_ID)
@@ -171,7 +171,14 @@ class OfflineStack:
                 rule_delay_seconds=options.rule_delay_seconds,
             )
             self.training.register(self.emulators)
-            resolver = Resolver(options.stack_name, options.region, ACCOUNT_ID, parameters, list_parameters=lists)
+            resolver = Resolver(
+                options.stack_name,
+                options.region,
+                ACCOUNT_ID,
+                parameters,
+                list_parameters=lists,
+                condition_definitions=template.conditions,
+            )
             created = ResourceBuilder(template, resolver, aws).build()
             if options.upload_trainer:
                 self._upload_trainer(aws, created.resources["DataBucket"].ref, workdir)
@@ -450,12 +457,30 @@ def _stop_execution(sfn: Any, arn: str) -> None:
     log.warning("could not stop %s: moto's engine never got it going", arn)
 
 
+def _offline_network(
+    aws: StackClients, declared: dict[str, dict[str, Any]], overrides: dict[str, str]
+) -> dict[str, str]:
+    """A VPC with two private subnets and their route table, for the network parameters not given."""
+    wanted = [name for name in NETWORK_PARAMETERS if name in declared and name not in overrides]
+    if not wanted:
+        return {}
+    ec2 = aws.ec2
+    vpc_id = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"10.42.{index}.0/24")["Subnet"]["SubnetId"] for index in (1, 2)
+    ]
+    route_table = ec2.create_route_table(VpcId=vpc_id)["RouteTable"]["RouteTableId"]
+    for subnet in subnets:
+        ec2.associate_route_table(RouteTableId=route_table, SubnetId=subnet)
+    network = {"TrainingVpcId": vpc_id, "TrainingSubnetIds": ",".join(subnets), "PrivateRouteTableIds": route_table}
+    return {name: network[name] for name in wanted}
+
+
 def _parameters(declared: dict[str, dict[str, Any]], overrides: dict[str, str]) -> dict[str, str]:
     unknown = sorted(set(overrides) - set(declared))
     if unknown:
         raise TemplateError(f"the template has no parameter {', '.join(unknown)}")
     values = {name: str(spec["Default"]) for name, spec in declared.items() if "Default" in spec}
-    values.update({name: value for name, value in OFFLINE_PARAMETERS.items() if name in declared})
     values.update({name: str(value) for name, value in overrides.items()})
     missing = sorted(set(declared) - set(values))
     if missing:

@@ -2,13 +2,16 @@
 
 The offline stack creates what the template declares, from the template itself, so the two
 cannot drift. This is a small CloudFormation: short-form tags are read into their long form,
-resources are ordered by their references, and Ref / Fn::GetAtt / Fn::Sub / Fn::Join / Fn::Select
-resolve against what has been created so far. Anything else fails loudly, naming the function.
+resources are ordered by their references, and Ref / Fn::GetAtt / Fn::Sub / Fn::Join / Fn::Select / Fn::Split
+resolve against what has been created so far. Conditions (Fn::Equals / Not / And / Or), Fn::If,
+AWS::NoValue and the Rules section's assertions are evaluated as CloudFormation does, so a
+resource whose condition is false is not created. Anything else fails loudly, naming the function.
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from graphlib import CycleError, TopologicalSorter
@@ -45,6 +48,8 @@ def _construct_tag(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) ->
 _CfnLoader.add_multi_constructor("!", _construct_tag)
 
 PSEUDO_PARAMETERS = ("AWS::AccountId", "AWS::Region", "AWS::StackName", "AWS::Partition")
+# What `Ref: AWS::NoValue` resolves to: the property (or list item) holding it is dropped.
+NO_VALUE = object()
 _SUB_VARIABLE = re.compile(r"\$\{([^}!][^}]*)\}")
 
 
@@ -62,6 +67,16 @@ class Template:
     def parameters(self) -> dict[str, dict[str, Any]]:
         parameters: dict[str, dict[str, Any]] = self.body.get("Parameters", {})
         return parameters
+
+    @property
+    def conditions(self) -> dict[str, Any]:
+        conditions: dict[str, Any] = self.body.get("Conditions", {})
+        return conditions
+
+    @property
+    def rules(self) -> dict[str, dict[str, Any]]:
+        rules: dict[str, dict[str, Any]] = self.body.get("Rules", {})
+        return rules
 
     @property
     def function_globals(self) -> dict[str, Any]:
@@ -148,6 +163,9 @@ class Resolver:
     created: dict[str, Created] = field(default_factory=dict)
     # Parameters of a `List<...>` or `CommaDelimitedList` type: Ref gives a list, as on AWS.
     list_parameters: frozenset[str] = frozenset()
+    # The template's Conditions section, evaluated on first use (see `condition`).
+    condition_definitions: Mapping[str, Any] = field(default_factory=dict)
+    _condition_values: dict[str, bool] = field(default_factory=dict, init=False)
 
     def pseudo(self, name: str) -> str:
         return {
@@ -156,9 +174,16 @@ class Resolver:
             "AWS::StackName": self.stack_name,
             "AWS::Partition": "aws",
             "AWS::URLSuffix": "amazonaws.com",
+            # Like AWS's: one UUID per stack (the same for the same name offline).
+            "AWS::StackId": (
+                f"arn:aws:cloudformation:{self.region}:{self.account_id}:stack/{self.stack_name}/"
+                f"{uuid.uuid5(uuid.NAMESPACE_URL, self.stack_name)}"
+            ),
         }[name]
 
     def ref(self, name: str) -> Any:
+        if name == "AWS::NoValue":
+            return NO_VALUE
         if name in self.list_parameters:
             return [item.strip() for item in str(self.parameters[name]).split(",") if item.strip()]
         if name in self.parameters:
@@ -177,17 +202,40 @@ class Resolver:
 
     def resolve(self, node: Any) -> Any:
         if isinstance(node, list):
-            return [self.resolve(item) for item in node]
+            return [item for item in (self.resolve(item) for item in node) if item is not NO_VALUE]
         if not isinstance(node, dict):
             return node
         if len(node) == 1:
             ((key, value),) = node.items()
             function = self._functions().get(key)
-            if function is not None:
+            # {"Condition": name} is a condition function; a Condition block of a policy is a map.
+            if function is not None and not (key == "Condition" and not isinstance(value, str)):
                 return function(value)
-            if key.startswith("Fn::") or key == "Condition":
+            if key.startswith("Fn::"):
                 raise TemplateError(f"{key} is not supported by the offline stack")
-        return {key: self.resolve(value) for key, value in node.items()}
+        resolved = {key: self.resolve(value) for key, value in node.items()}
+        return {key: value for key, value in resolved.items() if value is not NO_VALUE}
+
+    def condition(self, name: str) -> bool:
+        """The value of the template condition `name`, as CloudFormation evaluates it."""
+        if name not in self._condition_values:
+            if name not in self.condition_definitions:
+                raise TemplateError(f"condition {name!r} is not defined in the template's Conditions")
+            value = self.resolve(self.condition_definitions[name])
+            if not isinstance(value, bool):
+                raise TemplateError(f"condition {name!r} is not a condition function (Fn::Equals, Not, And, Or)")
+            self._condition_values[name] = value
+        return self._condition_values[name]
+
+    def check_rules(self, rules: Mapping[str, Mapping[str, Any]]) -> None:
+        """Raise the first failing assertion of the template's Rules, as CloudFormation refuses the stack."""
+        for name, rule in rules.items():
+            if "RuleCondition" in rule and not self.resolve(rule["RuleCondition"]):
+                continue
+            for assertion in rule.get("Assertions", []):
+                if not self.resolve(assertion["Assert"]):
+                    reason = assertion.get("AssertDescription", "its assertion is false")
+                    raise TemplateError(f"template rule {name}: {reason}")
 
     def _functions(self) -> dict[str, Callable[[Any], Any]]:
         return {
@@ -196,7 +244,28 @@ class Resolver:
             "Fn::Sub": self._sub,
             "Fn::Join": self._join,
             "Fn::Select": self._select,
+            "Fn::Split": self._split,
+            "Fn::If": self._if,
+            "Fn::Equals": self._equals,
+            "Fn::Not": lambda value: not self._boolean(value[0]),
+            "Fn::And": lambda value: all(self._boolean(item) for item in value),
+            "Fn::Or": lambda value: any(self._boolean(item) for item in value),
+            "Condition": self.condition,
         }
+
+    def _if(self, value: Any) -> Any:
+        name, when_true, when_false = value
+        return self.resolve(when_true if self.condition(name) else when_false)
+
+    def _equals(self, value: Any) -> bool:
+        left, right = (self.resolve(item) for item in value)
+        return bool(str(left) == str(right))
+
+    def _boolean(self, node: Any) -> bool:
+        value = self.resolve(node)
+        if not isinstance(value, bool):
+            raise TemplateError(f"{node!r} is not a condition")
+        return value
 
     def _get_att(self, value: Any) -> str:
         logical_id, attribute = value if isinstance(value, list) else value.split(".", 1)
@@ -209,6 +278,10 @@ class Resolver:
     def _select(self, value: Any) -> Any:
         index, items = value
         return self.resolve(items)[int(self.resolve(index))]
+
+    def _split(self, value: Any) -> list[str]:
+        separator, text = value
+        return str(self.resolve(text)).split(str(separator))
 
     def _sub(self, value: Any) -> str:
         if isinstance(value, list):
