@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -485,4 +486,32 @@ def _parameters(declared: dict[str, dict[str, Any]], overrides: dict[str, str]) 
     missing = sorted(set(declared) - set(values))
     if missing:
         raise TemplateError(f"parameters without a value: {', '.join(missing)}")
+    for name, value in values.items():
+        _check_constraints(name, value, declared[name])
     return values
+
+
+def _check_constraints(name: str, value: str, spec: dict[str, Any]) -> None:
+    """Refuse a value CloudFormation would refuse (AllowedValues, AllowedPattern, lengths, bounds)."""
+    kind = str(spec.get("Type", "String"))
+    # A list's constraints apply to each element, as CloudFormation checks them.
+    items = value.split(",") if kind.startswith(LIST_TYPES) else [value]
+    hint = f" ({spec['ConstraintDescription']})" if "ConstraintDescription" in spec else ""
+    for item in items:
+        if "AllowedValues" in spec and item not in [str(v) for v in spec["AllowedValues"]]:
+            raise TemplateError(f"parameter {name}: {item!r} is not one of {spec['AllowedValues']}{hint}")
+        if "AllowedPattern" in spec and re.fullmatch(str(spec["AllowedPattern"]), item) is None:
+            raise TemplateError(f"parameter {name}: {item!r} does not match {spec['AllowedPattern']}{hint}")
+        if "MinLength" in spec and len(item) < int(spec["MinLength"]):
+            raise TemplateError(f"parameter {name}: {item!r} is shorter than {spec['MinLength']}{hint}")
+        if "MaxLength" in spec and len(item) > int(spec["MaxLength"]):
+            raise TemplateError(f"parameter {name}: {item!r} is longer than {spec['MaxLength']}{hint}")
+        if kind == "Number":
+            try:
+                number = float(item)
+            except ValueError:
+                raise TemplateError(f"parameter {name}: {item!r} is not a number") from None
+            if "MinValue" in spec and number < float(spec["MinValue"]):
+                raise TemplateError(f"parameter {name}: {item} is below its MinValue {spec['MinValue']}{hint}")
+            if "MaxValue" in spec and number > float(spec["MaxValue"]):
+                raise TemplateError(f"parameter {name}: {item} is above its MaxValue {spec['MaxValue']}{hint}")

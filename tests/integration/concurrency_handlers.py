@@ -23,6 +23,8 @@ def where_and_when(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 def record_keys(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """Stands in for the intake: what each SQS message of the batch carried, in delivery order."""
+    # Long enough, when asked, for batches of pollers working at once to overlap.
+    time.sleep(float(os.environ.get("HOLD_SECONDS", "0")))
     deliveries = []
     for record in event["Records"]:
         body = json.loads(record["body"])

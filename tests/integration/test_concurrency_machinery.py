@@ -205,7 +205,7 @@ def delivered(stack: OfflineStack, function: str) -> list[list[tuple[str, str]]]
 
 def put_objects(stack: OfflineStack, prefix: str, count: int) -> list[str]:
     """`count` uploads under `prefix`, one after the other; their keys in upload order."""
-    keys = [f"{prefix}{n:02}.jpg" for n in range(count)]
+    keys = [f"{prefix}{n:03}.jpg" for n in range(count)]
     for key in keys:
         upload(stack, key, b"not looked at")
     return keys
@@ -228,6 +228,31 @@ def test_shuffled_delivery_reorders_within_batches_and_across_them_and_delivers_
     assert any(set(batch) & set(first) and set(batch) & set(second) for batch in batches[1:]), (
         "an early upload was held back into the batch of later ones"
     )
+
+
+def most_at_once(invocations: list[Invocation]) -> int:
+    """The most invocations running at one moment (at some invocation's start)."""
+    return max(sum(1 for j in invocations if j.started_at <= i.started_at < j.ended_at) for i in invocations)
+
+
+def test_the_intake_mapping_runs_no_more_batches_at_once_than_its_maximum_concurrency() -> None:
+    # Four pollers and four execution environments, but the template's IntakeMaxConcurrency (the
+    # mapping's ScalingConfig.MaximumConcurrency) is 2: Lambda polls less instead of throttling.
+    options = quiet(mode="server", lambda_concurrency=4, parameters={"IntakeMaxConcurrency": "2"})
+    with OfflineStack(options) as stack:
+        spec = stack.runtime.spec(stack.ref("IntakeFunction"))
+        slow = {**spec.environment, "HOLD_SECONDS": "0.5"}
+        stack.runtime.add(replace(spec, handler=f"{HANDLERS}.record_keys", environment=slow))
+        stack.runtime.cold_start(spec.name)
+        keys = put_objects(stack, "incoming/cap/images/a", 250)  # batches of at most 100
+        stack.poller.start()
+        wait_until(lambda: sum(map(len, delivered(stack, spec.name))) >= len(keys), timeout=60, message="every upload")
+        stack.poller.stop()
+        invocations = [i for i in stack.runtime.invocations if i.function == spec.name]
+        assert stack.poller.pollers == 4
+
+    assert len(invocations) >= 3, "the drop took several batches"
+    assert most_at_once(invocations) == 2
 
 
 def test_duplicated_delivery_sends_some_notifications_twice_as_distinct_messages() -> None:
