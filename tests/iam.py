@@ -102,8 +102,8 @@ def statements_of(body: Mapping[str, Any], logical_id: str, resolver: Resolver) 
     raw, others = principal_policies(body, logical_id)
     assert not others, f"{logical_id}: grants outside explicit statements: {others}"
     found = []
-    for item in raw:
-        resolved = resolver.resolve(copy.deepcopy(item))
+    # Resolved as one list: a statement under `Fn::If` that resolves to AWS::NoValue is dropped.
+    for resolved in resolver.resolve(copy.deepcopy(raw)):
         assert resolved.get("Effect") == "Allow", f"{logical_id}: only Allow statements are modelled: {resolved}"
         assert "NotAction" not in resolved and "NotResource" not in resolved, f"{logical_id}: {resolved}"
         found.append(

@@ -117,10 +117,10 @@ class RunContext(BaseModel):
 
 
 class SyncState(BaseModel):
-    """The FSx import a run waits for."""
+    """The FSx import a run waits for (none, `NOT_NEEDED`, when training reads the dataset from S3)."""
 
-    task_id: str
-    file_system_id: str
+    task_id: str | None
+    file_system_id: str | None
     lifecycle: str
     done: bool = False
     wait_seconds: int = Field(ge=0)

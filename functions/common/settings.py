@@ -67,7 +67,9 @@ class PrepareRunSettings(DataBucketSettings):
 
 
 class DatasetSyncSettings(DataBucketSettings):
-    file_system_id: str = Field(pattern=r"^fs-[0-9a-f]{8,}$")
+    # None (FILE_SYSTEM_ID unset): the stack reads the dataset from S3 (DatasetInput s3), and a
+    # run has nothing to import.
+    file_system_id: str | None = Field(default=None, pattern=r"^fs-[0-9a-f]{8,}$")
     # An import still running after this long is cancelled and fails the run.
     import_timeout_seconds: int = Field(default=3 * 3600, ge=60)
 

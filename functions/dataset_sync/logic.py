@@ -39,6 +39,14 @@ class SyncRequest(BaseModel):
     sync: SyncState | None = None
 
 
+NOT_NEEDED: Final = "NOT_NEEDED"
+
+
+def nothing_to_import(run: RunContext) -> SyncState:
+    """Training reads s3://<bucket>/dataset/ itself (DatasetInput s3): no file system to bring up to date."""
+    return SyncState(task_id=None, file_system_id=None, lifecycle=NOT_NEEDED, done=True, wait_seconds=0)
+
+
 def request_token(run: str) -> str:
     """One import per run: a retried start sends the same token and gets the same task back."""
     digest = hashlib.sha256(run.encode()).hexdigest()[:16]
@@ -78,6 +86,8 @@ def check_import(
     now: datetime | None = None,
 ) -> SyncState:
     """The task as it is now; raises `FsxImportFailedError` when it ended badly or took too long."""
+    if sync.task_id is None:
+        return sync  # nothing was imported (NOT_NEEDED): done from the start
     (task,) = fsx.describe_data_repository_tasks(TaskIds=[sync.task_id])["DataRepositoryTasks"]
     lifecycle = task["Lifecycle"]
     status = task.get("Status", {})

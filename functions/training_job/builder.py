@@ -123,14 +123,13 @@ def build_training_job_request(config: JobConfig, run: TrainingRun) -> dict[str,
         "RoleArn": config.role_arn,
         "AlgorithmSpecification": {
             "TrainingImage": image,
-            # FSx for Lustre inputs are mounted: File mode.
+            # FSx for Lustre inputs are mounted: File mode (an S3 dataset channel says FastFile).
             "TrainingInputMode": "File",
             "MetricDefinitions": metric_definitions(),
             "EnableSageMakerMetricsTimeSeries": True,
         },
         "HyperParameters": _hyperparameters(config, run, job_name, code_uri),
         "InputDataConfig": _channels(config),
-        "VpcConfig": {"Subnets": config.subnets, "SecurityGroupIds": config.security_group_ids},
         "OutputDataConfig": _kms({"S3OutputPath": config.output_s3_uri}, config.output_kms_key_id),
         "ResourceConfig": _kms(
             {
@@ -156,6 +155,9 @@ def build_training_job_request(config: JobConfig, run: TrainingRun) -> dict[str,
         },
         "Tags": _tags(config, run),
     }
+    # FSx is reached only from the VPC; an S3 dataset may be read without one.
+    if config.subnets:
+        request["VpcConfig"] = {"Subnets": config.subnets, "SecurityGroupIds": config.security_group_ids}
     # Sent only when on, as the SDK does (off is the API's default).
     if config.encrypt_inter_container_traffic:
         request["EnableInterContainerTrafficEncryption"] = True
@@ -214,21 +216,38 @@ def _hyperparameters(config: JobConfig, run: TrainingRun, job_name: str, code_ur
     return {name: encode_hyperparameter(value) for name, value in values.items()}
 
 
-def _channels(config: JobConfig) -> list[dict[str, Any]]:
-    channels: list[dict[str, Any]] = [
-        {
+def _train_channel(config: JobConfig) -> dict[str, Any]:
+    if config.dataset_source == "s3":
+        # FastFile: the prefix appears as files under the channel's folder and each file is read
+        # from S3 when opened: the trainer reads only what the frozen manifest names, and the job
+        # starts without downloading the whole curated zone first.
+        return {
             "ChannelName": TRAIN_CHANNEL,
+            "InputMode": "FastFile",
             "DataSource": {
-                "FileSystemDataSource": {
-                    "FileSystemId": config.fsx_file_system_id,
-                    "FileSystemType": "FSxLustre",
-                    "DirectoryPath": f"/{config.fsx_mount_name}/{config.fsx_directory}",
-                    # The trainer only reads; ro keeps a bug from touching the curated zone.
-                    "FileSystemAccessMode": "ro",
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": config.dataset_s3_uri,
+                    "S3DataDistributionType": "FullyReplicated",
                 }
             },
         }
-    ]
+    return {
+        "ChannelName": TRAIN_CHANNEL,
+        "DataSource": {
+            "FileSystemDataSource": {
+                "FileSystemId": config.fsx_file_system_id,
+                "FileSystemType": "FSxLustre",
+                "DirectoryPath": f"/{config.fsx_mount_name}/{config.fsx_directory}",
+                # The trainer only reads; ro keeps a bug from touching the curated zone.
+                "FileSystemAccessMode": "ro",
+            }
+        },
+    }
+
+
+def _channels(config: JobConfig) -> list[dict[str, Any]]:
+    channels: list[dict[str, Any]] = [_train_channel(config)]
     if config.model_s3_uri is not None:
         channels.append(
             {

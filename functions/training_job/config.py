@@ -137,11 +137,17 @@ class JobConfig(BaseModel):
     # Encrypts traffic between instances (costs some speed on multi-instance jobs).
     encrypt_inter_container_traffic: bool = True
 
-    # --- data: the curated zone on FSx for Lustre, reached through the VPC ---
-    fsx_file_system_id: str = Field(pattern=r"^fs-[0-9a-f]{8,}$")
-    fsx_mount_name: str = Field(pattern=r"^[A-Za-z0-9_]{1,32}$")
+    # --- data: the curated zone, on FSx for Lustre (reached through the VPC) or read from S3 ---
+    # fsx: a file system linked to dataset/ (fast on every epoch, but it costs while idle);
+    # s3: the `train` channel streams s3://<bucket>/dataset/ in FastFile mode (no standing cost;
+    # each epoch reads from S3, so many small files train slower).
+    dataset_source: Literal["fsx", "s3"] = "fsx"
+    fsx_file_system_id: str | None = Field(default=None, pattern=r"^fs-[0-9a-f]{8,}$")
+    fsx_mount_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_]{1,32}$")
     # The file-system path the data repository association links to `dataset/`.
     fsx_directory: str = Field(default="dataset", pattern=r"^[A-Za-z0-9._\-]+(/[A-Za-z0-9._\-]+)*$")
+    # dataset_source s3: the curated zone's prefix (images/, labels/, manifests/ below it).
+    dataset_s3_uri: S3Uri | None = None
     subnets: list[str] = Field(default_factory=list, max_length=16)
     security_group_ids: list[str] = Field(default_factory=list, max_length=5)
     # The accepted model (a folder holding model.pt): channel `model`, SM_CHANNEL_MODEL.

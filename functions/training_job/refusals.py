@@ -69,6 +69,7 @@ def refusals(config: JobConfig) -> list[str]:
         *_distribution(config),
         *_debugger(config),
         *_spot(config),
+        *_dataset(config),
         *_network(config),
     ]
 
@@ -183,9 +184,27 @@ def _spot(config: JobConfig) -> list[str]:
     return []
 
 
+def _dataset(config: JobConfig) -> list[str]:
+    if config.dataset_source == "s3":
+        if config.dataset_s3_uri is None:
+            return ["dataset_source s3 needs dataset_s3_uri (s3://<data bucket>/dataset/)"]
+        return []
+    missing = [name for name in ("fsx_file_system_id", "fsx_mount_name") if getattr(config, name) is None]
+    if missing:
+        return [
+            f"dataset_source fsx needs {' and '.join(missing)} (the file system linked to dataset/; "
+            "or set dataset_source: s3 to read the dataset from S3 without FSx)"
+        ]
+    return []
+
+
 def _network(config: JobConfig) -> list[str]:
     if config.subnets and config.security_group_ids:
         return []
+    if config.dataset_source == "s3":
+        if not config.subnets and not config.security_group_ids:
+            return []  # outside a VPC the job reaches S3 through SageMaker's own network
+        return ["a VPC needs both subnets and security_group_ids: one of them is empty"]
     return [
         f"the training data is on FSx for Lustre ({config.fsx_file_system_id}), which a training "
         "job reaches only from inside a VPC: set subnets and security_group_ids (the groups must "

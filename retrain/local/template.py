@@ -32,7 +32,8 @@ class _CfnLoader(yaml.SafeLoader):
 
 
 def _construct_tag(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = "Ref" if tag_suffix == "Ref" else f"Fn::{tag_suffix}"
+    # `!Ref` and `!Condition` are the long forms `Ref` and `Condition`; every other tag is `Fn::<tag>`.
+    name = tag_suffix if tag_suffix in {"Ref", "Condition"} else f"Fn::{tag_suffix}"
     value: Any
     if isinstance(node, yaml.ScalarNode):
         value = loader.construct_scalar(node)

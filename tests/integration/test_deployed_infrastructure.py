@@ -189,6 +189,30 @@ def test_an_existing_file_system_and_security_groups_are_used_instead_of_new_one
         assert offline.created.outputs["DatasetFileSystemId"] == "fs-0123456789abcdef0"
 
 
+def test_a_stack_that_reads_the_dataset_from_s3_has_no_file_system_and_says_where_to_read() -> None:
+    with OfflineStack(StackOptions(parameters={"DatasetSource": "s3"}, **QUIET)) as offline:  # type: ignore[arg-type]
+        training = _environment(offline, "TrainingJobFunction")
+        sync = _environment(offline, "DatasetSyncFunction")
+
+        assert offline.aws.fsx.describe_file_systems()["FileSystems"] == []
+        assert "DatasetFileSystem" not in offline.created.resources
+        assert "DatasetFileSystemId" not in offline.created.outputs
+        assert training["TRAINING_JOB_DATASET_SOURCE"] == "s3"
+        assert training["TRAINING_JOB_DATASET_S3_URI"] == f"s3://{offline.ref('DataBucket')}/dataset/"
+        assert not {"TRAINING_JOB_FSX_FILE_SYSTEM_ID", "TRAINING_JOB_FSX_MOUNT_NAME"} & set(training)
+        assert "FILE_SYSTEM_ID" not in sync, "the sync step has nothing to import"
+
+
+def test_an_s3_dataset_with_an_existing_file_system_is_refused_as_contradictory() -> None:
+    parameters = {
+        "DatasetSource": "s3",
+        "ExistingFileSystemId": "fs-0123456789abcdef0",
+        "ExistingFileSystemMountName": "abc",
+    }
+    with pytest.raises(TemplateError, match="DatasetSource s3 reads the dataset from S3"):
+        OfflineStack(StackOptions(parameters=parameters, **QUIET)).start()  # type: ignore[arg-type]
+
+
 def test_an_existing_file_system_without_its_mount_name_is_refused_as_cloudformation_refuses_it() -> None:
     with pytest.raises(TemplateError, match="ExistingFileSystemId needs ExistingFileSystemMountName"):
         OfflineStack(StackOptions(parameters={"ExistingFileSystemId": "fs-0123456789abcdef0"}, **QUIET)).start()  # type: ignore[arg-type]

@@ -84,6 +84,36 @@ def test_a_drop_is_trained_on_two_hosts_evaluated_and_its_model_accepted(stack: 
     assert packages["ModelPackageSummaryList"][0]["ModelApprovalStatus"] == "PendingManualApproval"
 
 
+@pytest.mark.parametrize(
+    "stack", [{"parameters": {"DatasetSource": "s3", "TrainingInstanceCount": "1"}}], indirect=True
+)
+def test_without_fsx_the_job_streams_the_dataset_from_s3_and_the_run_is_the_same(stack: OfflineStack) -> None:
+    drop_with_validation(stack, "munich-s3", train=6, val=2)
+
+    run = run_to_end(stack)
+
+    assert run["status"] == "SUCCEEDED", run
+    assert stack.aws.fsx.describe_file_systems()["FileSystems"] == [], "no file system was created"
+    (job,) = job_names(stack)
+    channels = stack.aws.sagemaker.describe_training_job(TrainingJobName=job)["InputDataConfig"]
+    (train,) = [channel for channel in channels if channel["ChannelName"] == "train"]
+    assert train["InputMode"] == "FastFile"
+    assert train["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{stack.ref('DataBucket')}/dataset/"
+    history = stack.aws.stepfunctions.get_execution_history(executionArn=run["executionArn"], maxResults=1000)
+    outputs = [
+        json.loads(details["output"])
+        for event in history["events"]
+        for name, details in event.items()
+        if name.endswith("SucceededEventDetails") and isinstance(details, dict) and "output" in details
+    ]
+    assert any(isinstance(o, dict) and o.get("lifecycle") == "NOT_NEEDED" and o.get("done") for o in outputs), (
+        "the sync step said there was nothing to import"
+    )
+    summary = summary_of(stack, run["name"])
+    assert summary.outcome == "accepted"
+    assert (summary.train_images, summary.val_images) == (6, 2)
+
+
 def test_each_run_starts_from_the_accepted_model_and_one_made_worse_is_rejected(stack: OfflineStack) -> None:
     drop_with_validation(stack, "munich-21", train=8, val=2)
     first = run_to_end(stack)["name"]

@@ -211,6 +211,18 @@ def test_the_file_system_granted_is_the_one_the_stack_uses(body: dict[str, Any])
         assert not iam.allowed(statements, iam.Need("fsx:CreateDataRepositoryTask", arn + "0"))
 
 
+def test_with_the_dataset_on_s3_training_reads_dataset_and_nothing_touches_fsx(body: dict[str, Any]) -> None:
+    bucket = f"arn:aws:s3:::{iam.fake_resolver(body).resolve({'Ref': 'DataBucket'})}"
+    on_s3 = {"DatasetSource": "s3"}
+    training, training_on_fsx = resolved(body, "TrainingRole", **on_s3), resolved(body, "TrainingRole")
+    sync = resolved(body, "DatasetSyncFunction", **on_s3)
+
+    read = iam.Need("s3:GetObject", f"{bucket}/dataset/images/b/x.jpg")
+    assert iam.allowed(training, read), "the FastFile channel reads dataset/ as the training role"
+    assert not iam.allowed(training_on_fsx, read), "with FSx, the role never reads dataset/ from S3"
+    assert not [s for s in training + sync if any(action.startswith("fsx:") for action in s.actions)]
+
+
 def test_the_state_machine_may_invoke_exactly_the_functions_its_definition_names(body: dict[str, Any]) -> None:
     resolver = iam.fake_resolver(body)
     props = body["Resources"]["RetrainStateMachine"]["Properties"]

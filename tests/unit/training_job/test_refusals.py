@@ -196,6 +196,39 @@ def test_an_fsx_input_without_a_vpc_is_refused(missing: str) -> None:
     )
 
 
+@pytest.mark.parametrize("missing", ["fsx_file_system_id", "fsx_mount_name"])
+def test_an_fsx_dataset_without_its_file_system_is_refused_with_the_s3_way_out(missing: str) -> None:
+    assert_refused({missing: None}, f"dataset_source fsx needs {missing}", "dataset_source: s3")
+
+
+S3_DATASET = {"dataset_source": "s3", "dataset_s3_uri": "s3://retrain-data/dataset/", "fsx_file_system_id": None}
+
+
+def test_an_s3_dataset_needs_its_uri() -> None:
+    assert_refused({**S3_DATASET, "dataset_s3_uri": None}, "dataset_source s3 needs dataset_s3_uri")
+
+
+def test_an_s3_dataset_needs_no_vpc_but_half_a_vpc_is_refused() -> None:
+    assert refusals(job_config(**S3_DATASET, subnets=[], security_group_ids=[])) == []
+    assert refusals(job_config(**S3_DATASET)) == [], "in the VPC as well (through its S3 endpoint)"
+    assert_refused({**S3_DATASET, "security_group_ids": []}, "needs both subnets and security_group_ids")
+
+
+def test_an_s3_dataset_is_a_fastfile_channel_and_a_job_without_subnets_has_no_vpc_config() -> None:
+    request = build_training_job_request(job_config(**S3_DATASET, subnets=[], security_group_ids=[]), RUN)
+
+    (train,) = [channel for channel in request["InputDataConfig"] if channel["ChannelName"] == "train"]
+    assert train["InputMode"] == "FastFile"
+    assert train["DataSource"] == {
+        "S3DataSource": {
+            "S3DataType": "S3Prefix",
+            "S3Uri": "s3://retrain-data/dataset/",
+            "S3DataDistributionType": "FullyReplicated",
+        }
+    }
+    assert "VpcConfig" not in request
+
+
 # --- regions ----------------------------------------------------------------------------------
 
 

@@ -56,6 +56,7 @@ EXPLAINED_BY_CASE: dict[str, dict[str, str]] = {
     "torch-builtin": {},
     "smddp-builtin-spot": {},
     "torch-debugger": {},
+    "s3-dataset-no-vpc": {},
 }
 
 
@@ -122,8 +123,8 @@ def sdk_request(config: JobConfig, run: TrainingRun) -> dict[str, Any]:
         max_wait=config.max_wait_seconds,
         output_path=config.output_s3_uri,
         checkpoint_s3_uri=(f"{config.checkpoint_base_uri}/{job_name}" if config.checkpointing else None),
-        subnets=config.subnets,
-        security_group_ids=config.security_group_ids,
+        subnets=config.subnets or None,
+        security_group_ids=config.security_group_ids or None,
         encrypt_inter_container_traffic=config.encrypt_inter_container_traffic,
         hyperparameters={
             **config.hyperparameters,
@@ -149,11 +150,15 @@ def sdk_request(config: JobConfig, run: TrainingRun) -> dict[str, Any]:
         **profiling,
     )
     inputs: dict[str, Any] = {
-        TRAIN_CHANNEL: FileSystemInput(
-            file_system_id=config.fsx_file_system_id,
-            file_system_type="FSxLustre",
-            directory_path=f"/{config.fsx_mount_name}/{config.fsx_directory}",
-            file_system_access_mode="ro",
+        TRAIN_CHANNEL: (
+            TrainingInput(config.dataset_s3_uri, input_mode="FastFile")
+            if config.dataset_source == "s3"
+            else FileSystemInput(
+                file_system_id=config.fsx_file_system_id,
+                file_system_type="FSxLustre",
+                directory_path=f"/{config.fsx_mount_name}/{config.fsx_directory}",
+                file_system_access_mode="ro",
+            )
         )
     }
     if config.model_s3_uri:
@@ -195,6 +200,15 @@ CASES: dict[str, dict[str, Any]] = {
         "max_runtime_seconds": 7200,
         "max_wait_seconds": 14400,
         "model_s3_uri": f"s3://{BUCKET}/models/accepted/",
+    },
+    # No FSx: the dataset streamed from S3 (FastFile), and no VPC.
+    "s3-dataset-no-vpc": {
+        "dataset_source": "s3",
+        "dataset_s3_uri": f"s3://{BUCKET}/dataset/",
+        "fsx_file_system_id": None,
+        "fsx_mount_name": None,
+        "subnets": [],
+        "security_group_ids": [],
     },
     # Debugger on one single-GPU instance (checkpoints allowed: not distributed).
     "torch-debugger": {
