@@ -58,3 +58,20 @@ def _loopback_only(self: socket.socket, address: Any) -> Any:
 def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect", _loopback_only)
     yield
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every slow test says how long it takes (`@pytest.mark.slow(seconds=N)`): `make test` leaves
+    them out to stay under 12 minutes, and whoever runs `make test-slow` should know the cost."""
+    unstated = sorted(
+        {
+            item.nodeid.split("[")[0]
+            for item in items
+            for mark in item.iter_markers("slow")
+            if not isinstance(mark.kwargs.get("seconds"), int)
+        }
+    )
+    if unstated:
+        raise pytest.UsageError(
+            "slow tests must state their duration here, @pytest.mark.slow(seconds=N): " + ", ".join(unstated)
+        )

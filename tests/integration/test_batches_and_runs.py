@@ -161,7 +161,7 @@ def test_the_lock_of_a_run_that_was_killed_is_taken_over(data_stack: OfflineStac
     assert trigger(data_stack)["reason"].startswith("a run holds the lock: ds-")  # type: ignore[union-attr]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=205)
 def test_a_drop_of_two_thousand_objects_starts_exactly_one_run(data_stack: OfflineStack) -> None:
     # The run holds the lock for an hour: this test is about the intake and the trigger (what a
     # run does is tests/integration/test_retraining_run.py's).

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError, ParamValidationError
 from retrain.local.gateway import from_json, to_json
 from retrain.local.stack import OfflineStack, StackOptions
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=10)  # the longest test here, on 2 cores
 
 
 def outside_client(service: str, endpoint: str, attempts: int = 4):  # type: ignore[no-untyped-def]

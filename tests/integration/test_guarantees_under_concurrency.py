@@ -318,7 +318,7 @@ def three_teams() -> tuple[dict[str, list[Item]], list[Item], list[tuple[Item, I
     return teams, broken, twins
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=150)
 @pytest.mark.parametrize(
     "unkind",
     # One run for the whole drop: it starts once every good pair is curated.
@@ -377,7 +377,7 @@ def longest_pause(stack: OfflineStack, batch: str) -> float:
     return max((b - a).total_seconds() for a, b in pairwise(moments))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=25)
 @pytest.mark.parametrize("unkind", [{"MinNewPairs": "1", "SettleSeconds": str(SETTLE_SECONDS)}], indirect=True)
 def test_files_that_arrive_after_their_marker_closed_the_batch_are_all_in_its_one_run(
     unkind: OfflineStack,
@@ -426,7 +426,7 @@ def arrived_out_of_order(stack: OfflineStack, key: str, older: str, newer: str) 
     return bool(records[(key, older)]["recorded_at"] > records[(key, newer)]["recorded_at"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=30)
 @pytest.mark.parametrize("unkind", [{"MinNewPairs": "100000"}], indirect=True)
 def test_labels_corrected_seconds_after_their_upload_are_what_is_curated_whatever_the_delivery_order(
     unkind: OfflineStack,

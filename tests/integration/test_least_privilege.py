@@ -22,7 +22,7 @@ from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import Pair, bad_label, scene, upload, upload_pair
 from tests.integration.runs import drop_with_validation, run_to_end
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=15)  # the longest test here, on 2 cores
 
 # A sweep right after the run closes what is quiet and gives up on the lone file at once.
 PARAMETERS = {**DATA, **TRAINING, "QuietPeriodSeconds": "0", "IncompleteAfterSeconds": "0"}

@@ -22,7 +22,7 @@ from retrain.cli import app
 from retrain.local.stack import OfflineStack, StackOptions
 from tests.integration.conftest import FAST_QUEUE
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=20)  # the longest test here, on 2 cores
 
 
 def test_the_server_stack_takes_uploads_from_any_aws_client_and_frees_its_port() -> None:
@@ -59,7 +59,7 @@ def test_make_run_plays_the_whole_loop_and_its_report_opens_from_disk_in_a_real_
         "frozen; retraining run ds-",
         "FSx for Lustre: import task",
         "import SUCCEEDED",
-        "SageMaker training job retrain-ds-",
+        "SageMaker training job retrain-",  # retrain-<8 hex of the stack id>-<version>-<hash>
         "epoch 1/2: train loss",
         "epoch 2/2: train loss",
         "Evaluation and the quality gate",

@@ -20,7 +20,7 @@ from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import drain, executions, wait_until
 from tests.integration.runs import drop_with_validation, history_states, job_names, read_json, run_to_end
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=30)  # the longest test here, on 2 cores
 # Data-parallel for real: one process on each of two emulated hosts, joined in one process group.
 TWO_HOSTS = {"TrainingInstanceCount": "2", "TrainingBatchSize": "2"}
 

@@ -28,7 +28,7 @@ from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import scene
 from tests.integration.runs import seeds_for
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=35)  # the longest test here, on 2 cores
 
 # Long enough (about fifteen seconds of training here) for a cancel to land while the job trains.
 PARAMETERS = {**DATA, **TRAINING, "TrainingEpochs": "30"}

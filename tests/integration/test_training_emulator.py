@@ -235,7 +235,7 @@ def _statuses(answer: dict[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------ real training runs --
-@pytest.mark.slow
+@pytest.mark.slow(seconds=10)
 def test_a_one_host_job_trains_and_uploads_model_output_checkpoints_and_metrics(
     offline: Callable[..., Offline],
 ) -> None:
@@ -297,7 +297,7 @@ def test_a_one_host_job_trains_and_uploads_model_output_checkpoints_and_metrics(
     assert any(event["message"].startswith("METRIC ") for event in events)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_two_hosts_train_as_one_process_group_each_with_its_folder_and_log(
     offline: Callable[..., Offline],
 ) -> None:
@@ -328,7 +328,7 @@ def test_two_hosts_train_as_one_process_group_each_with_its_folder_and_log(
     assert names == [f"{name}/algo-1", f"{name}/algo-2"]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_a_trainer_that_refuses_its_hyperparameters_fails_the_job_with_its_own_words(
     offline: Callable[..., Offline],
 ) -> None:
@@ -344,7 +344,7 @@ def test_a_trainer_that_refuses_its_hyperparameters_fails_the_job_with_its_own_w
     assert aws.keys(f"training/{name}/output/model.tar.gz") == [], "a failed job has no model"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_stopping_a_running_job_ends_every_process_it_started(
     offline: Callable[..., Offline],
 ) -> None:
@@ -392,7 +392,7 @@ def _pids_mentioning(text: str) -> list[int]:
     return found
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 def test_debugger_rules_stay_in_progress_after_the_job_then_give_verdicts_the_functions_read(
     offline: Callable[..., Offline],
 ) -> None:
@@ -443,7 +443,7 @@ def test_debugger_rules_stay_in_progress_after_the_job_then_give_verdicts_the_fu
 
 
 # --------------------------------------------------------- the launcher, with a probe --
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_the_script_gets_the_sagemaker_container_contract_and_its_failure_file_is_the_reason(
     offline: Callable[..., Offline],
 ) -> None:
@@ -497,7 +497,7 @@ def test_the_script_gets_the_sagemaker_container_contract_and_its_failure_file_i
     assert aws.keys(f"training/{name}/output/model.tar.gz") == []
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_a_second_job_waits_for_a_free_core_rather_than_oversubscribing(
     offline: Callable[..., Offline], tmp_path: Path
 ) -> None:
@@ -531,7 +531,7 @@ def test_a_second_job_waits_for_a_free_core_rather_than_oversubscribing(
     assert span(running)[1] < span(queued)[0], "the two jobs' scripts ran at the same time"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 def test_a_job_past_its_runtime_limit_is_stopped_even_when_it_ignores_sigterm(
     offline: Callable[..., Offline], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -210,7 +210,7 @@ def _metrics(out: Path) -> MetricsFile:
     return MetricsFile.model_validate_json((out / "output" / "metrics.json").read_text())
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_a_label_that_differs_from_the_manifest_fails_the_run_naming_it(tmp_path: Path) -> None:
     manifest = _scenes(tmp_path / "scenes")
     lines = _lines(manifest)
@@ -231,7 +231,7 @@ def test_a_label_that_differs_from_the_manifest_fails_the_run_naming_it(tmp_path
     assert not (tmp_path / "out" / "model" / "model.pt").exists(), "a failed run leaves no model"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_within_the_tolerance_the_run_completes_and_records_what_it_skipped(tmp_path: Path) -> None:
     scenes = tmp_path / "scenes"
     manifest = _scenes(scenes)
@@ -257,7 +257,7 @@ def test_within_the_tolerance_the_run_completes_and_records_what_it_skipped(tmp_
     assert train.fraction == pytest.approx(1 / 36, abs=1e-6)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_a_manifest_that_pins_what_is_on_disk_reports_no_mismatch(tmp_path: Path) -> None:
     manifest = _scenes(tmp_path / "scenes")
     code, log = _train(tmp_path / "scenes", manifest, tmp_path / "out", ["--epochs", "1"], nproc=1)

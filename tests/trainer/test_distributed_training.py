@@ -28,7 +28,7 @@ from retrain.synth import default_version, write_scenes
 from trainer import checkpoint, lineage, stopping
 from trainer.model import BiSeNetV2
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=70)  # the longest test here, on 2 cores
 
 ROOT = Path(__file__).resolve().parents[2]
 # The offline run (`make run`): these scenes, then `retrain train` with its defaults

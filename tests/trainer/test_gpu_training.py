@@ -15,7 +15,7 @@ from retrain.synth import default_version, write_scenes
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.slow,
+    pytest.mark.slow(seconds=120),  # an estimate: not measured here (no CUDA device)
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 

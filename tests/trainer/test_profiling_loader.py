@@ -27,7 +27,7 @@ from trainer.loader import make_loader
 from trainer.profiling.rules import ProfileData, evaluate
 from trainer.profiling.steps import StepTimeline, read_steps
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=5)  # the longest test here, on 2 cores
 
 SIZE, BATCH, STEPS = (512, 256), 4, 60
 

@@ -18,7 +18,7 @@ from functions.common.contracts import MetricsFile
 from functions.common.rules import parse_rules_file
 from retrain.synth import default_version, write_scenes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=5)  # the longest test here, on 2 cores
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNT, SIZE, SEED = 48, (64, 32), 1

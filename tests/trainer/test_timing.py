@@ -94,7 +94,7 @@ def _ddp_step(hooked: bool) -> tuple[list[Any], tuple[float, float]]:
     return result
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=10)
 def test_the_timed_all_reduce_averages_gradients_exactly_as_ddp_does() -> None:
     plain, (in_flight_plain, _) = _ddp_step(hooked=False)
     timed, (in_flight, exposed) = _ddp_step(hooked=True)
@@ -103,7 +103,7 @@ def test_the_timed_all_reduce_averages_gradients_exactly_as_ddp_does() -> None:
     assert in_flight > 0.0 and 0.0 <= exposed <= in_flight
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_a_run_reports_where_every_ranks_step_time_went(tmp_path: Path) -> None:
     write_scenes(tmp_path / "scenes", count=48, size=(64, 32), seed=1)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))

@@ -32,7 +32,7 @@ def words(result: Result) -> str:
     return " ".join(text.split())
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=5)
 def test_a_labeled_folder_trains_without_its_broken_pair(tmp_path: Path) -> None:
     folder = plain_folder(tmp_path)
     out = tmp_path / "out"

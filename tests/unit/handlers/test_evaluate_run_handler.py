@@ -24,7 +24,7 @@ def _curated_version(stack: OfflineStack, folder: Path) -> None:
             stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key=key, Body=path.read_bytes())
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=10)
 def test_a_completed_job_is_published_judged_and_its_model_accepted(
     deployed: OfflineStack, handler: Any, tmp_path: Path
 ) -> None:
