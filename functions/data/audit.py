@@ -108,6 +108,9 @@ class AuditCounts(BaseModel):
     manifest_lines: int
     objects_hashed: int
     bytes_hashed: int
+    # Records whose superseded quarantine version the bucket's lifecycle rule may have removed
+    # (NoncurrentVersionExpiration): not a discrepancy, but counted so nothing is silent.
+    expired_by_lifecycle: int = 0
 
 
 class AuditReport(BaseModel):
@@ -216,6 +219,8 @@ class _Audit:
         self.found: list[Discrepancy] = []
         self.too_recent: list[TooRecent] = []
         self.hashed = (0, 0)
+        self.expiry: dict[str, int] = {}  # prefix -> NoncurrentDays of the bucket's lifecycle rules
+        self.expired = 0
 
     def flag(self, kind: Kind, subject: str, detail: str, version: str | None = None) -> None:
         self.found.append(Discrepancy(kind=kind, subject=subject, version=version, detail=detail))
@@ -225,6 +230,15 @@ class _Audit:
 
     def wait(self, subject: str, version: str | None, moment: datetime, detail: str) -> None:
         self.too_recent.append(TooRecent(subject=subject, version=version, at=moment, detail=detail))
+
+    def may_have_expired(self, key: str, recorded: datetime, keys: set[str]) -> bool:
+        """A missing version the lifecycle rule may have removed: the key has a newer version (so this
+        one became noncurrent), a rule expires noncurrent versions under the key's prefix, and the
+        record is older than that rule's days (a version is noncurrent no earlier than it was made)."""
+        if key not in keys:
+            return False
+        days = [d for prefix, d in self.expiry.items() if key.startswith(prefix)]
+        return bool(days) and self.at - recorded > timedelta(days=min(days))
 
     # ------------------------------------------------------------ objects --
     def landing(self, objects: list[_Listed], records: dict[tuple[str, str], FileRecord]) -> None:
@@ -346,15 +360,7 @@ class _Audit:
         for record in files:
             item = f"batch#{record.batch} file#{record.key}#{record.version}"
             if record.status in {FileStatus.CURATED, FileStatus.QUARANTINED, FileStatus.DUPLICATE}:
-                if not record.destination:
-                    self.flag(Kind.RECORD_WITHOUT_OBJECT, item, f"{record.status.value}, but names no destination")
-                elif (record.destination, record.destination_version or "null") not in there:
-                    self.flag(
-                        Kind.RECORD_WITHOUT_OBJECT,
-                        item,
-                        f"{record.status.value} as {record.destination}, and that version is not in the bucket",
-                        record.destination_version,
-                    )
+                self._destination(record, item, there, keys)
             elif record.status is FileStatus.PENDING and (record.key, record.version) not in there:
                 if self.fresh(record.recorded_at):
                     self.wait(item, record.version, record.recorded_at, "recorded pending, being judged")
@@ -374,6 +380,21 @@ class _Audit:
                         "superseded, and the file is in no zone (erased, and its record left behind?)",
                         record.version,
                     )
+
+    def _destination(self, record: FileRecord, item: str, there: set[tuple[str, str]], keys: set[str]) -> None:
+        """A curated, quarantined or duplicate record names the version it was copied to, and it is there."""
+        if not record.destination:
+            self.flag(Kind.RECORD_WITHOUT_OBJECT, item, f"{record.status.value}, but names no destination")
+        elif (record.destination, record.destination_version or "null") not in there:
+            if self.may_have_expired(record.destination, record.recorded_at, keys):
+                self.expired += 1
+                return
+            self.flag(
+                Kind.RECORD_WITHOUT_OBJECT,
+                item,
+                f"{record.status.value} as {record.destination}, and that version is not in the bucket",
+                record.destination_version,
+            )
 
     def claims(self, objects: list[_Listed], claims: list[tuple[str, str]]) -> None:
         keys = {obj.key for obj in objects}
@@ -464,6 +485,24 @@ class _Audit:
         self.hashed = (len(expected), total)
 
 
+def noncurrent_expiry(s3: S3Client, bucket: str) -> dict[str, int]:
+    """Prefix -> days after which the bucket's enabled lifecycle rules remove noncurrent versions."""
+    try:
+        rules = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "NoSuchLifecycleConfiguration":
+            return {}
+        raise
+    expiry: dict[str, int] = {}
+    for rule in rules:
+        days = rule.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays")
+        if rule.get("Status") != "Enabled" or days is None:
+            continue
+        prefix = rule.get("Filter", {}).get("Prefix", rule.get("Prefix", ""))
+        expiry[prefix] = min(days, expiry.get(prefix, days))
+    return expiry
+
+
 def audit(
     ledger: Ledger,
     s3: S3Client,
@@ -478,6 +517,7 @@ def audit(
         raise AuditUsageError(f"the grace period cannot be negative ({grace_seconds} s)")
     at = clock()
     run = _Audit(ledger, s3, bucket, at=at, grace=timedelta(seconds=grace_seconds), progress=progress)
+    run.expiry = noncurrent_expiry(s3, bucket)
     # The ledger first: an object copied after this look is younger than what the ledger said.
     batches = ledger.batches()
     files = [record for batch in batches for record in ledger.files(batch.batch)]
@@ -508,6 +548,7 @@ def audit(
             manifest_lines=line_count,
             objects_hashed=run.hashed[0],
             bytes_hashed=run.hashed[1],
+            expired_by_lifecycle=run.expired,
         ),
         too_recent=sorted(run.too_recent, key=lambda t: (t.subject, t.version or "")),
         discrepancies=sorted(run.found, key=lambda d: (order.index(d.kind), d.subject, d.version or "")),

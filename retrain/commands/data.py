@@ -299,6 +299,11 @@ def _print_audit(report: AuditReport) -> None:
         f"({checked.objects_hashed} object versions, {checked.bytes_hashed} bytes hashed).",
         soft_wrap=True,
     )
+    if checked.expired_by_lifecycle:
+        console.print(
+            f"{checked.expired_by_lifecycle} recorded versions under quarantine/ are gone as the bucket's "
+            "lifecycle rule removes superseded versions (NoncurrentVersionDays): not a discrepancy."
+        )
     for kind in Kind:
         found = [d for d in report.discrepancies if d.kind is kind]
         if not found:

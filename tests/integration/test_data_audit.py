@@ -7,12 +7,16 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from functions.common.contracts import parse_manifest
+from functions.data.audit import Kind, audit
+from functions.data.ledger import Ledger
+from functions.data.status import utc_now
 from retrain.cli import app
 from retrain.local.stack import OfflineStack
 from tests.integration.data_drops import (
@@ -192,3 +196,36 @@ def _no_stray_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The commands read DATA_BUCKET and LEDGER_TABLE: only what a test passes counts."""
     monkeypatch.delenv("DATA_BUCKET", raising=False)
     monkeypatch.delenv("LEDGER_TABLE", raising=False)
+
+
+def test_a_quarantined_version_removed_by_the_lifecycle_rule_is_counted_once_old_enough_not_before(
+    data_stack: OfflineStack,
+) -> None:
+    # The bucket's lifecycle rule removes superseded versions under quarantine/ after
+    # NoncurrentVersionDays (30): the ledger still names the first quarantined copy of a file that
+    # was uploaded, and rejected, twice. Moto runs no lifecycle, so the test removes it as S3 would.
+    s3, bucket = data_stack.aws.s3, data_stack.ref("DataBucket")
+    for body in (b"first notes", b"second notes"):
+        upload(data_stack, "incoming/lyon/images/notes.txt", body)
+        drain(data_stack)
+    listed = s3.list_object_versions(Bucket=bucket, Prefix="quarantine/lyon/images/notes.txt")["Versions"]
+    for key in ("quarantine/lyon/images/notes.txt", "quarantine/lyon/images/notes.txt.reason.json"):
+        (superseded,) = [v for v in listed if v["Key"] == key and not v["IsLatest"]]
+        s3.delete_object(Bucket=bucket, Key=key, VersionId=superseded["VersionId"])
+    ledger = Ledger(data_stack.aws.dynamodb, data_stack.ref("LedgerTable"))
+
+    # Within 30 days of the record, no rule can have removed it: a discrepancy.
+    today = audit(ledger, s3, bucket, grace_seconds=0)
+    assert [(d.kind, d.version) for d in today.discrepancies] == [
+        (Kind.RECORD_WITHOUT_OBJECT, superseded_version(listed))
+    ]
+    # Later, the rule may have: counted, not flagged.
+    later = audit(ledger, s3, bucket, grace_seconds=0, clock=lambda: utc_now() + timedelta(days=31))
+    assert (later.clean, later.checked.expired_by_lifecycle) == (True, 1), later.discrepancies
+
+
+def superseded_version(listed: list[dict[str, Any]]) -> str:
+    (version,) = [
+        v["VersionId"] for v in listed if v["Key"] == "quarantine/lyon/images/notes.txt" and not v["IsLatest"]
+    ]
+    return str(version)

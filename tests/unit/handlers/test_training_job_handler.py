@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -22,7 +23,11 @@ def test_a_run_starts_one_job_that_a_retry_finds_and_the_failure_branch_stops(
     looked = training({"action": "check", "run": run, "job": job})
     stopped = training({"action": "stop", "state": {"run": run}})
 
-    assert job["job_name"].startswith("retrain-ds-20261203-091500-4f1c2a9b-")
+    # retrain-<8 hex of this stack's id>: the state machine may touch only this stack's jobs.
+    (spec,) = [spec for spec in deployed.created.functions if spec.logical_id == "TrainingJobFunction"]
+    prefix = spec.environment["TRAINING_JOB_JOB_NAME_PREFIX"]
+    assert re.fullmatch(r"retrain-[0-9a-f]{8}", prefix)
+    assert job["job_name"].startswith(f"{prefix}-ds-20261203-091500-4f1c2a9b-")
     assert retried["job_name"] == job["job_name"] and retried["already_existed"] is True
     assert looked["phase"] == "training" and looked["checks"] == 1
     assert stopped == {"job_name": job["job_name"], "status": "InProgress", "stopped": True}, (
