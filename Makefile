@@ -19,7 +19,7 @@ SAM_STAMP := $(TOOLS)/sam/.installed-$(SAM_CLI_VERSION)
 CHECKOV_STAMP := $(TOOLS)/checkov/.installed-$(CHECKOV_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv tools run test test-slow test-all lint format typecheck pr bench validate-template sam-build package-trainer upload-trainer deploy lock clean
+.PHONY: help venv tools run test test-slow test-all lint format typecheck pr bench stress-teardown validate-template sam-build package-trainer upload-trainer deploy lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ pr: lint typecheck validate-template sam-build test test-slow ## Everything CI r
 
 bench: $(STAMP) ## Run the ratio benchmarks (prints name: value lines)
 	@for bench in benchmarks/bench_*.py; do echo "# $$bench"; $(BIN)/python $$bench || exit 1; done
+
+stress-teardown: $(STAMP) ## 100 two-process trainings and 100 SIGTERM-then-resume pairs: none may abort at exit
+	$(BIN)/python benchmarks/stress_teardown.py
 
 $(ASL_VALIDATOR_STAMP):
 	npm install --silent --no-audit --no-fund --prefix $(TOOLS) asl-validator@$(ASL_VALIDATOR_VERSION)

@@ -19,6 +19,7 @@ Every helper here is also correct in the single-process case, so the training lo
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -28,6 +29,14 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
+
+# Imported before any process group exists, on purpose: its functions take `group=group.WORLD` as
+# a default argument, evaluated at import. Imported later (DDP does so lazily), those defaults hold
+# the default group for the life of the interpreter, so `destroy_process_group` cannot free it and
+# gloo's worker threads run on into interpreter shutdown, where one that releases a finished
+# collective's tensors needs the GIL and aborts the process ("terminate called without an active
+# exception", SIGABRT) after the run has finished. See `cleanup`.
+import torch.distributed.nn
 
 BackendChoice = Literal["torch", "smddp"]
 Launcher = Literal["torchrun", "mpi", "single"]
@@ -261,5 +270,19 @@ def barrier() -> None:
 
 
 def cleanup() -> None:
-    if is_distributed():
-        dist.destroy_process_group()
+    """Leave the process group so that nothing of it outlives this call.
+
+    Call it once the ranks have left their last collective together (a barrier) and every thread
+    of ours has stopped. Gloo runs each collective on worker threads of its own, and the worker
+    that ran the last one releases it (and the tensors of earlier ones it kept) a moment after
+    the ranks were let go. Those threads end only when the group object is freed; if it survives
+    into interpreter shutdown, such a release waits for the GIL there and the process aborts
+    with SIGABRT, failing a run whose model is already saved. So: free the reference cycles that
+    hold the group (DDP's reducer sits in one) while the interpreter is alive, then destroy the
+    group, which joins its worker threads (its destructor lets go of the GIL for that).
+    """
+    if not is_distributed():
+        return
+    gc.collect()
+    dist.destroy_process_group()
+    gc.collect()

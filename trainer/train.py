@@ -37,6 +37,7 @@ import random
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,13 +293,23 @@ def main(args: argparse.Namespace) -> None:
         force=True,
     )
     try:
-        train(args, context)
+        # The run's threads (the profiler's sampler and rule thread) stop and are joined when
+        # the run ends, however it ends, and before the process group goes.
+        with contextlib.ExitStack() as threads:
+            train(args, context, threads)
+    except BaseException as error:
+        # A failed or stopped run's frames still hold its DDP model, and the model holds the
+        # process group: drop their locals, so that cleanup() can free the group.
+        traceback.clear_frames(error.__traceback__)
+        raise
     finally:
         distributed.cleanup()
 
 
 # One function on purpose, like torchvision's reference: the run reads top to bottom.
-def train(args: argparse.Namespace, context: distributed.Context) -> None:  # noqa: PLR0912, PLR0915
+def train(  # noqa: PLR0912, PLR0915
+    args: argparse.Namespace, context: distributed.Context, threads: contextlib.ExitStack
+) -> None:
     build.check_args(args)
     device, cuda = context.device, context.device.type == "cuda"
     # Ranks draw different dropout noise, like independent replicas would; the weights still start
@@ -387,6 +398,7 @@ def train(args: argparse.Namespace, context: distributed.Context) -> None:  # no
     metrics_folders = (args.output_data_dir, args.model_dir)
     saver = Checkpointer(args, context, dataset_version)
     profiler = profiling_flags.make_profiler(args, context, lineage_info["loader"]).start()
+    threads.callback(profiler.close)
     log.info(
         "dataset %s: %d train, %d val; %d steps/epoch x %d epochs; %d x %s (%s); BiSeNetV2 width %g, %d parameters",
         dataset_version,
