@@ -29,9 +29,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.model import BiSeNetV2
+from trainer.model import BiSeNetV2, SegmentationLoss
 from trainer.timing import AllReduceTimer
-from trainer.train import SegmentationLoss
 
 CLASSES = 19
 SIZE = (256, 128)

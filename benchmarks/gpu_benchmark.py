@@ -51,8 +51,7 @@ from trainer.data import (
 )
 from trainer.decode import ImageDecoder, pick_decoder
 from trainer.loader import cores_available, default_workers, make_loader
-from trainer.model import BiSeNetV2
-from trainer.train import SegmentationLoss
+from trainer.model import BiSeNetV2, SegmentationLoss
 
 SIZE = (1024, 512)
 CLASSES = 19

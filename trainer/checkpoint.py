@@ -19,6 +19,7 @@ import logging
 import os
 import random
 import re
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from trainer import distributed, schedule, warm_start
+from trainer import distributed, schedule, stopping, warm_start
 from trainer.data import EpochLayout
 from trainer.metrics import EpochProgress
 
@@ -266,6 +267,50 @@ class Checkpointer:
             state.epoch_position,
         )
         return path
+
+
+class AfterStep:
+    """Called after every optimizer step: a checkpoint if one is due or a stop was asked for
+    (then every rank leaves, at this same step), and the test hook's kill."""
+
+    def __init__(
+        self,
+        saver: Checkpointer,
+        state: RunState,
+        layout: EpochLayout,
+        stop: stopping.StopRequest,
+        stop_after_steps: int,
+        *,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        scaler: Any,
+    ) -> None:
+        self.saver, self.state, self.layout, self.stop = saver, state, layout, stop
+        self.stop_after_steps = stop_after_steps
+        self.parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+        # Where this epoch began, in samples of its global order and in this job's steps: a
+        # resumed epoch starts part-way (under another world size, at a position no step reached).
+        self.epoch_position, self.epoch_step = 0, 0
+
+    def epoch_started(self, position: int, step: int) -> None:
+        self.epoch_position, self.epoch_step = position, step
+
+    def __call__(self, step_in_epoch: int, global_step: int, progress: EpochProgress) -> None:
+        decision = self.saver.decide(global_step, stop_requested=self.stop.requested)
+        if decision.save:
+            state = self.state
+            state.step_in_epoch, state.progress, state.global_step = step_in_epoch, progress, global_step
+            done = (step_in_epoch - self.epoch_step) * self.layout.step_samples
+            state.epoch_position = self.epoch_position + done
+            self.saver.save(state, global_step, **self.parts)
+        if decision.stop:
+            raise stopping.Interrupted(global_step, self.stop.name)
+        if self.stop_after_steps and global_step >= self.stop_after_steps:
+            # Die as a reclaimed spot instance does: at once, with no cleanup and no final save.
+            log.warning("killing this process after %d steps (--stop-after-steps)", global_step)
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def resume(

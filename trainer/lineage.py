@@ -9,11 +9,20 @@ import platform
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainer import checksums
 from trainer.distributed import Context
+
+if TYPE_CHECKING:
+    import argparse
+
+    from torch.utils.data import DataLoader
+
+    from trainer.checkpoint import RunState
+    from trainer.data import SegmentationDataset
 
 
 def code_sha256(folder: Path | None = None) -> str:
@@ -55,3 +64,40 @@ def host_info(context: Context) -> dict[str, Any]:
         "current_host": training_env.get("current_host"),
         "hosts": training_env.get("hosts"),
     }
+
+
+def describe(
+    args: argparse.Namespace,
+    context: Context,
+    dataset_version: str,
+    classes: list[str],
+    *,
+    train_set: SegmentationDataset,
+    val_set: SegmentationDataset,
+    loader: DataLoader[Any],
+    state: RunState,
+) -> dict[str, Any]:
+    """The run's lineage as `metrics.json` records it: data, code, host, configuration, start."""
+    described: dict[str, Any] = {
+        "dataset_version": dataset_version,
+        "code_sha256": code_sha256(),
+        "torch_version": torch.__version__,
+        "host": host_info(context),
+        "seed": args.seed,
+        "config": dict(vars(args)),
+        "classes": classes,
+        "train_images": len(train_set),
+        "val_images": len(val_set),
+        "init_from": state.init_from,
+        "warm_start": state.warm_start,
+        "resumed_from": state.resumed_from,
+        "loader": {
+            "decoder": train_set.decoder.name,
+            "workers": loader.num_workers,
+            "prefetch_factor": loader.prefetch_factor,
+            "pin_memory": loader.pin_memory,
+        },
+    }
+    if not args.verify_checksums:
+        described["checksums"] = checksums.disabled_report(args.max_checksum_mismatch_fraction)
+    return described

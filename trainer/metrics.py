@@ -17,14 +17,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from trainer import distributed, timing
-
-if TYPE_CHECKING:
-    from trainer.checkpoint import RunState
 
 IGNORE_INDEX = 255
 
@@ -189,16 +186,24 @@ def read_metrics(folder: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
-def write_metrics(folders: Iterable[str], lineage_info: dict[str, Any], state: RunState, *, complete: bool) -> None:
-    """metrics.json, rewritten every epoch, so even an interrupted job leaves its lineage."""
-    last = state.history[-1] if state.history else None
+def write_metrics(
+    folders: Iterable[str],
+    lineage_info: dict[str, Any],
+    history: Sequence[dict[str, Any]],
+    baseline: dict[str, Any] | None,
+    *,
+    complete: bool,
+) -> None:
+    """metrics.json, rewritten every epoch, so even an interrupted job leaves its lineage: the
+    epochs so far (`history`) and the accepted model's scores on the same split (`baseline`)."""
+    last = history[-1] if history else None
     document = {
         "schema_version": 1,
         **lineage_info,
-        "epochs": state.history,
+        "epochs": list(history),
         "miou": last["miou"] if last else None,
         "per_class_iou": last["per_class_iou"] if last else {},
-        "baseline": state.baseline,
+        "baseline": baseline,
         "complete": complete,
     }
     for folder in dict.fromkeys(folders):

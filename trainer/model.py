@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the universal spelling)
 from torch import nn
 
+from trainer.metrics import IGNORE_INDEX
+
 # The paper's channel counts at width 1.0.
 DETAIL_CHANNELS = (64, 64, 128)
 SEMANTIC_CHANNELS = (16, 32, 64, 128)
@@ -260,3 +262,25 @@ def inference_parameters(model: BiSeNetV2) -> int:
     total = sum(p.numel() for p in model.parameters())
     aux = sum(p.numel() for p in model.aux_heads.parameters()) if model.aux_heads else 0
     return total - aux
+
+
+class SegmentationLoss(nn.Module):
+    """Cross entropy on the main head plus the weighted booster heads; 255 is ignored."""
+
+    def __init__(self, aux_weight: float, class_weights: list[float] | None = None) -> None:
+        super().__init__()
+        self.aux_weight = aux_weight
+        self.class_weights: torch.Tensor | None
+        self.register_buffer("class_weights", torch.tensor(class_weights) if class_weights is not None else None)
+
+    def forward(self, outputs: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        # In fp32 even under autocast: a softmax over 19 classes in bf16 loses the small terms.
+        loss = self._cross_entropy(outputs[0], labels)
+        for aux in outputs[1:]:
+            loss = loss + self.aux_weight * self._cross_entropy(aux, labels)
+        # A batch without one labelled pixel (all skipped pairs, say) has a mean over nothing,
+        # NaN: it counts 0 instead, and its gradient is 0 (no sync: the choice stays on the device).
+        return torch.where((labels != IGNORE_INDEX).any(), loss, torch.zeros_like(loss))
+
+    def _cross_entropy(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.float(), labels, weight=self.class_weights, ignore_index=IGNORE_INDEX)

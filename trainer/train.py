@@ -34,7 +34,6 @@ import itertools
 import logging
 import os
 import random
-import signal
 import sys
 import time
 import traceback
@@ -56,7 +55,6 @@ if not __package__:
 
 import numpy as np
 import torch
-import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
@@ -65,8 +63,8 @@ from trainer import build, checkpoint, checksums, distributed, lineage, metrics,
 from trainer.checkpoint import Checkpointer, RunState
 from trainer.data import DEFAULT_JITTER, EpochLayout, class_weights, to_device
 from trainer.decode import DECODERS
-from trainer.metrics import IGNORE_INDEX, ConfusionMatrix, EpochProgress, metric_line, per_class
-from trainer.model import BiSeNetV2
+from trainer.metrics import ConfusionMatrix, EpochProgress, metric_line, per_class
+from trainer.model import BiSeNetV2, SegmentationLoss
 from trainer.profiling import flags as profiling_flags
 from trainer.profiling.session import Profiler
 
@@ -372,28 +370,9 @@ def train(  # noqa: PLR0912, PLR0915
         if context.is_main:
             print(metric_line(baseline_miou=state.baseline["miou"]), flush=True)
 
-    lineage_info = {
-        "dataset_version": dataset_version,
-        "code_sha256": lineage.code_sha256(),
-        "torch_version": torch.__version__,
-        "host": lineage.host_info(context),
-        "seed": args.seed,
-        "config": dict(vars(args)),
-        "classes": classes,
-        "train_images": len(train_set),
-        "val_images": len(val_set),
-        "init_from": state.init_from,
-        "warm_start": state.warm_start,
-        "resumed_from": state.resumed_from,
-        "loader": {
-            "decoder": train_set.decoder.name,
-            "workers": train_loader.num_workers,
-            "prefetch_factor": train_loader.prefetch_factor,
-            "pin_memory": train_loader.pin_memory,
-        },
-    }
-    if not args.verify_checksums:
-        lineage_info["checksums"] = checksums.disabled_report(args.max_checksum_mismatch_fraction)
+    lineage_info = lineage.describe(
+        args, context, dataset_version, classes, train_set=train_set, val_set=val_set, loader=train_loader, state=state
+    )
     # metrics.json goes to the output folder and beside the model.
     metrics_folders = (args.output_data_dir, args.model_dir)
     saver = Checkpointer(args, context, dataset_version)
@@ -413,34 +392,18 @@ def train(  # noqa: PLR0912, PLR0915
         sum(p.numel() for p in bare_model.parameters()),
     )
 
-    # Where this epoch began, in samples of its global order and in this job's steps: a resumed
-    # epoch starts part-way (under another world size, at a position no step of ours reached).
-    epoch_start = {"position": 0, "step": 0}
-    stop = stopping.StopRequest().install()
-
-    def on_step(step_in_epoch: int, global_step: int, progress: EpochProgress) -> None:
-        """After every optimizer step: a checkpoint if one is due or a stop was asked for (then
-        leave, on every rank at this same step), and the test hook's kill."""
-        decision = saver.decide(global_step, stop_requested=stop.requested)
-        if decision.save:
-            state.step_in_epoch, state.progress, state.global_step = step_in_epoch, progress, global_step
-            state.epoch_position = epoch_start["position"] + (step_in_epoch - epoch_start["step"]) * layout.step_samples
-            saver.save(
-                state,
-                global_step,
-                model=bare_model,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                scaler=scaler,
-            )
-        if decision.stop:
-            raise stopping.Interrupted(global_step, stop.name)
-        if args.stop_after_steps and global_step >= args.stop_after_steps:
-            # Die as a reclaimed spot instance does: at once, with no cleanup and no final save.
-            log.warning("killing this process after %d steps (--stop-after-steps)", global_step)
-            logging.shutdown()
-            os.kill(os.getpid(), signal.SIGKILL)
-
+    # After every optimizer step: a checkpoint if one is due or a stop was asked for.
+    after_step = checkpoint.AfterStep(
+        saver,
+        state,
+        layout,
+        stopping.StopRequest().install(),
+        args.stop_after_steps,
+        model=bare_model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+    )
     run = EpochContext(
         model=model,
         criterion=criterion,
@@ -455,7 +418,7 @@ def train(  # noqa: PLR0912, PLR0915
         log_every=args.log_every,
         amp_dtype=amp_dtype,
         channels_last=channels_last,
-        on_step=on_step,
+        on_step=after_step,
         comm_timer=comm_timer,
         profiler=profiler,
     )
@@ -471,7 +434,7 @@ def train(  # noqa: PLR0912, PLR0915
         position = state.epoch_position if epoch == state.epoch else 0
         train_sampler.resume_at(position)
         first_step = layout.first_step(position)
-        epoch_start.update(position=position, step=first_step)
+        after_step.epoch_started(position, first_step)
         progress = state.progress if position else EpochProgress()
         # Training time spent in this epoch before an interruption, so epoch_seconds is whole.
         seconds_before = progress.train_seconds
@@ -520,7 +483,7 @@ def train(  # noqa: PLR0912, PLR0915
                 print(metrics.epoch_metric_line(record), flush=True)
                 if stopped_by:
                     lineage_info["stopped_by_rule"] = stopped_by
-                metrics.write_metrics(metrics_folders, lineage_info, state, complete=False)
+                metrics.write_metrics(metrics_folders, lineage_info, state.history, state.baseline, complete=False)
             if pins is not None:
                 # Above the tolerance, every rank fails here, once metrics.json names the files.
                 checksums.enforce(pins, is_main=context.is_main)
@@ -544,7 +507,7 @@ def train(  # noqa: PLR0912, PLR0915
         model_path = Path(args.model_dir) / checkpoint.MODEL_FILE
         document = checkpoint.model_document(bare_model.state_dict(), width=args.width, classes=classes)
         checkpoint.save_atomically(document, model_path)
-        metrics.write_metrics(metrics_folders, lineage_info, state, complete=True)
+        metrics.write_metrics(metrics_folders, lineage_info, state.history, state.baseline, complete=True)
         log.info("model saved to %s; final mIoU %.4f", model_path, state.history[-1]["miou"])
     # Every rank: the other hosts' profiles travel to rank 0, which writes rules and report.
     report = profiler.finish(
@@ -704,28 +667,6 @@ def evaluate(
     # The shards are disjoint and cover the split: the sum counts every val pixel exactly once.
     distributed.all_reduce_sum(confusion.matrix)
     return confusion
-
-
-class SegmentationLoss(nn.Module):
-    """Cross entropy on the main head plus the weighted booster heads; 255 is ignored."""
-
-    def __init__(self, aux_weight: float, class_weights: list[float] | None = None) -> None:
-        super().__init__()
-        self.aux_weight = aux_weight
-        self.class_weights: torch.Tensor | None
-        self.register_buffer("class_weights", torch.tensor(class_weights) if class_weights is not None else None)
-
-    def forward(self, outputs: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
-        # In fp32 even under autocast: a softmax over 19 classes in bf16 loses the small terms.
-        loss = self._cross_entropy(outputs[0], labels)
-        for aux in outputs[1:]:
-            loss = loss + self.aux_weight * self._cross_entropy(aux, labels)
-        # A batch without one labelled pixel (all skipped pairs, say) has a mean over nothing,
-        # NaN: it counts 0 instead, and its gradient is 0 (no sync: the choice stays on the device).
-        return torch.where((labels != IGNORE_INDEX).any(), loss, torch.zeros_like(loss))
-
-    def _cross_entropy(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.float(), labels, weight=self.class_weights, ignore_index=IGNORE_INDEX)
 
 
 def _evaluate_baseline(

@@ -20,7 +20,8 @@ from retrain.synth import default_version, write_scenes
 from trainer import build, checksums
 from trainer.data import IGNORE_INDEX, Augment, SegmentationDataset, read_manifest
 from trainer.loader import make_loader
-from trainer.train import SegmentationLoss, get_args_parser
+from trainer.model import SegmentationLoss
+from trainer.train import get_args_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNT, SIZE, SEED = 48, (64, 32), 1
