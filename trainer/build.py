@@ -72,12 +72,15 @@ def manifest_path(args: argparse.Namespace) -> Path:
     return path
 
 
-def datasets(args: argparse.Namespace, manifest: Path) -> tuple[SegmentationDataset, SegmentationDataset]:
+def datasets(
+    args: argparse.Namespace, manifest: Path, held: Sequence[str] = ()
+) -> tuple[SegmentationDataset, SegmentationDataset]:
     """The train and val splits of the manifest, the first augmented; both checked against the
-    manifest's sha256 as they are read unless `--verify-checksums false`."""
-    entries = read_manifest(manifest)
-    train_entries = [entry for entry in entries if entry.split == "train"]
-    val_entries = [entry for entry in entries if entry.split == "val"]
+    manifest's sha256 as they are read unless `--verify-checksums false`. Batches screening
+    `held` are in neither; a `benchmark` batch is evaluated on (both its splits), never trained on."""
+    entries = [entry for entry in read_manifest(manifest) if entry.batch not in held]
+    train_entries = [entry for entry in entries if entry.split == "train" and entry.trust != "benchmark"]
+    val_entries = [entry for entry in entries if entry.split == "val" or entry.trust == "benchmark"]
     if not train_entries or not val_entries:
         raise SystemExit(
             f"{manifest} has {len(train_entries)} train and {len(val_entries)} val pairs; a run needs both"

@@ -58,6 +58,13 @@ class Entry:
     label_sha256: str = ""
     # Pixels per train id (keys are ids as strings, as JSON has them); empty if not recorded.
     class_pixels: dict[str, int] = field(default_factory=dict)
+    # The drop it came in, and how far its labels are trusted (`screen.py`): trusted, new,
+    # released or benchmark. A manifest without trust (a labelled folder) is all new.
+    batch: str = ""
+    trust: str = "new"
+
+
+TRUSTS = ("trusted", "new", "released", "benchmark")
 
 
 def read_manifest(path: Path) -> list[Entry]:
@@ -76,11 +83,15 @@ def read_manifest(path: Path) -> list[Entry]:
                     image_sha256=str(record.get("image_sha256", "")).lower(),
                     label_sha256=str(record.get("label_sha256", "")).lower(),
                     class_pixels={str(k): int(v) for k, v in record.get("class_pixels", {}).items()},
+                    batch=str(record.get("batch") or ""),
+                    trust=str(record.get("trust") or "new"),
                 )
             except (ValueError, KeyError, TypeError) as error:
                 raise ValueError(f"{path}:{number}: not a manifest entry ({error!r})") from error
             if entry.split not in {"train", "val"}:
                 raise ValueError(f"{path}:{number}: split must be train or val, not {entry.split!r}")
+            if entry.trust not in TRUSTS:
+                raise ValueError(f"{path}:{number}: trust must be one of {', '.join(TRUSTS)}, not {entry.trust!r}")
             entries.append(entry)
     return entries
 

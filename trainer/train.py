@@ -59,12 +59,24 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from trainer import build, checkpoint, checksums, distributed, lineage, metrics, precision, stopping, timing
+from trainer import (
+    build,
+    checkpoint,
+    checksums,
+    comparison,
+    distributed,
+    lineage,
+    metrics,
+    precision,
+    screen,
+    stopping,
+    timing,
+)
 from trainer.checkpoint import Checkpointer, RunState
 from trainer.data import DEFAULT_JITTER, EpochLayout, class_weights, to_device
 from trainer.decode import DECODERS
-from trainer.metrics import ConfusionMatrix, EpochProgress, metric_line, per_class
-from trainer.model import BiSeNetV2, SegmentationLoss
+from trainer.metrics import ConfusionMatrix, EpochProgress, metric_line
+from trainer.model import SegmentationLoss
 from trainer.profiling import flags as profiling_flags
 from trainer.profiling.session import Profiler
 
@@ -255,6 +267,7 @@ def get_args_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one statemen
     _flag(system, "--deterministic", False, "deterministic kernels (slower on GPUs)")
 
     profiling_flags.add_arguments(parser)
+    screen.add_arguments(parser)
 
     ckpt = parser.add_argument_group("checkpoints and logging")
     ckpt.add_argument(
@@ -324,7 +337,10 @@ def train(  # noqa: PLR0912, PLR0915
     manifest = build.manifest_path(args)
     dataset_version = args.dataset_version or manifest.stem
     classes = [name.strip() for name in args.classes.split(",")]
-    train_set, val_set = build.datasets(args, manifest)
+    # --- screening: the accepted model judges the new batches' labels before they are trained on ---
+    accepted, screening = screen.before_training(args, context, classes, manifest)
+    held = screening.held if screening else []
+    train_set, val_set = build.datasets(args, manifest, held=held)
     train_sampler, train_loader, val_loader = build.loaders(args, context, train_set, val_set)
     layout = EpochLayout(len(train_set), context.world_size, args.batch_size * args.grad_accum)
     steps_per_epoch = layout.steps
@@ -364,9 +380,9 @@ def train(  # noqa: PLR0912, PLR0915
             layout=layout,
         )
 
-    baseline_path = build.baseline_model(args)
-    if baseline_path is not None and state.baseline is None:
-        state.baseline = _evaluate_baseline(Path(baseline_path), val_loader, device, classes)
+    if accepted is not None and state.baseline is None:
+        # The accepted model on this run's validation pairs, per batch: the two compare on the same images.
+        state.baseline = comparison.baseline(accepted, val_set, classes, device, args.val_batch_size or args.batch_size)
         if context.is_main:
             print(metric_line(baseline_miou=state.baseline["miou"]), flush=True)
 
@@ -502,6 +518,13 @@ def train(  # noqa: PLR0912, PLR0915
             log.warning("rule %s stopped the run after epoch %d (--stop-on-rule)", stopped_by, epoch + 1)
             break
 
+    # --- the candidate against the accepted model, per batch and on the trusted set (every rank) ---
+    candidate = comparison.confusion_by_batch(
+        bare_model, val_set, len(classes), device, batch_size=args.val_batch_size or args.batch_size
+    )
+    accepted_by_batch = comparison.from_lists(state.baseline)
+    lineage_info["evaluation"] = comparison.evaluation(classes, val_set.entries, candidate, accepted_by_batch, held)
+    lineage_info["screening"] = screen.summary(screening, accepted is not None)
     # --- the model: rank 0 alone writes it; every rank holds the same weights ---
     if context.is_main:
         model_path = Path(args.model_dir) / checkpoint.MODEL_FILE
@@ -667,24 +690,6 @@ def evaluate(
     # The shards are disjoint and cover the split: the sum counts every val pixel exactly once.
     distributed.all_reduce_sum(confusion.matrix)
     return confusion
-
-
-def _evaluate_baseline(
-    path: Path, data_loader: DataLoader[Any], device: torch.device, classes: list[str]
-) -> dict[str, Any]:
-    """The accepted model on this run's val split, so that the two compare on the same images."""
-    document = checkpoint.load_model_document(path)
-    if document["classes"] != classes:
-        raise SystemExit(f"the baseline {path} predicts other classes than this run")
-    baseline = BiSeNetV2(len(classes), width=document["width"], aux=False).to(device)
-    baseline.load_state_dict(document["state_dict"])
-    confusion = evaluate(baseline, data_loader, device, len(classes), amp_dtype=None, channels_last=False)
-    log.info("baseline %s: mIoU %.4f", path, confusion.miou())
-    return {
-        "model": str(path),
-        "miou": round(confusion.miou(), 6),
-        "per_class_iou": per_class(classes, confusion.iou()),
-    }
 
 
 if __name__ == "__main__":
