@@ -63,12 +63,21 @@ def write_scenes(
     seed: int,
     val_fraction: float = 0.2,
     version: str | None = None,
+    batch: str = SYNTH_BATCH,
+    light: str = "day",
+    class_map: dict[str, str] | None = None,
 ) -> list[tuple[pathlib.Path, pathlib.Path]]:
     """Draw `count` scenes of `size` (width, height) into `out_dir`; return (image, label) paths.
 
     Also writes `out_dir/manifests/<version>.jsonl`, with splits from `split_for` so the trainer
-    sees exactly what it would see on the FSx mount.
+    sees exactly what it would see on the FSx mount. `light="night"` draws the same streets
+    dark and blue (scenes a day-trained model has not seen); `class_map` exports the labels
+    with the wrong class map, as a misconfigured annotation tool would: every pixel of class
+    `a` is written as `class_map[a]` (valid files, wrong labels).
     """
+    if light not in LIGHTS:
+        raise ValueError(f"light must be one of {', '.join(LIGHTS)}, not {light!r}")
+    remap = _class_remap(class_map or {})
     width, height = size
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
@@ -82,7 +91,8 @@ def write_scenes(
     entries: list[ManifestEntry] = []
     for index in range(count):
         # Seeded per scene: scene `index` is the same whatever `count` is. Not for security.
-        image, label = draw_scene(size, random.Random(f"{seed}:{index}"))  # noqa: S311
+        image, label = draw_scene(size, random.Random(f"{seed}:{index}"), light=light)  # noqa: S311
+        label = Image.fromarray(remap[np.asarray(label)]) if class_map else label
         stem = f"s{seed}-{index:05d}"
         image_bytes = _encode(image, "JPEG", quality=90)
         label_bytes = _encode(label, "PNG")
@@ -106,7 +116,7 @@ def write_scenes(
                     for class_id in range(len(CITYSCAPES_CLASSES))
                     if counts[class_id]
                 },
-                batch=SYNTH_BATCH,
+                batch=batch,
             )
         )
     (out_dir / "manifests" / f"{version}.jsonl").write_text(dump_manifest(entries))
@@ -157,7 +167,20 @@ def _jitter(color: Color, rng: random.Random, amount: int) -> Color:
     return (r, g, b)
 
 
-def draw_scene(size: tuple[int, int], rng: random.Random) -> tuple[Image.Image, Image.Image]:
+LIGHTS = ("day", "night")
+
+
+def _class_remap(class_map: dict[str, str]) -> np.ndarray:
+    """A lookup table from train id to the id written, for `class_map` {"road": "sky", ...}."""
+    table = np.arange(256, dtype=np.uint8)
+    for source, target in class_map.items():
+        if source not in CLASS_ID or target not in CLASS_ID:
+            raise ValueError(f"class_map {source!r} -> {target!r}: both must be classes of the taxonomy")
+        table[CLASS_ID[source]] = CLASS_ID[target]
+    return table
+
+
+def draw_scene(size: tuple[int, int], rng: random.Random, *, light: str = "day") -> tuple[Image.Image, Image.Image]:
     """One street scene: the RGB image and its train-id label, drawn back to front."""
     width, height = size
     canvas = _Canvas(width, height)
@@ -169,7 +192,7 @@ def draw_scene(size: tuple[int, int], rng: random.Random) -> tuple[Image.Image, 
     _draw_ground(canvas, horizon, vanish_x, rng)
     _draw_trees(canvas, horizon, rng)
     _draw_street_objects(canvas, horizon, vanish_x, rng)
-    return _light(canvas.image, horizon, rng), canvas.label
+    return _light(canvas.image, horizon, rng, night=light == "night"), canvas.label
 
 
 def _draw_sky(canvas: _Canvas, horizon: float, rng: random.Random) -> None:
@@ -352,11 +375,14 @@ def _draw_pole(canvas: _Canvas, x: float, base: float, scale: float, rng: random
             canvas.rectangle(box, "traffic sign", face)
 
 
-def _light(image: Image.Image, horizon: float, rng: random.Random) -> Image.Image:
+def _light(image: Image.Image, horizon: float, rng: random.Random, *, night: bool = False) -> Image.Image:
     """Light changes the picture, never the label: brightness, colour cast, a shadow, noise."""
     pixels = np.asarray(image, dtype=np.float32)
     gain = rng.uniform(0.45, 1.3)
     cast = np.array([rng.uniform(0.85, 1.15) for _ in range(3)], dtype=np.float32)
+    if night:
+        # Dark and blue, as street lights and a night sky make it: what a day model never saw.
+        gain, cast = gain * 0.3, cast * np.array([0.7, 0.8, 1.3], dtype=np.float32)
     pixels = pixels * gain * cast
     if rng.random() < 0.5:
         # A building's shadow across part of the ground.

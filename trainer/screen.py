@@ -5,7 +5,8 @@ Every pair carries its batch's *trust* in the manifest (the trigger writes it wh
 version, from the ledger): `trusted` (an accepted run trained on it), `new` (not yet judged),
 `released` (held once, let in by an operator: screened and reported, never held again by us) and
 `benchmark` (the team's evaluation set: never trained on). The thresholds come from up to
-`calibration_pairs` trusted pairs, and so does the reference share the hold rule compares with;
+`calibration_pairs` trusted pairs, and so do the confusions and predictions the hold rule
+compares each batch with (`screening.HoldRule`);
 with no trusted pair (a version frozen before batches had a trust) they come from the screened
 pairs themselves, as cleanlab does, and the result says so.
 
@@ -19,7 +20,7 @@ import argparse
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ class Screening:
     calibration: str
     reference_pairs: int
     reference_share: float
-    bar: float
+    rule: HoldRule
     thresholds: dict[str, float | None]
     batches: dict[str, dict[str, Any]]
     seconds: float = 0.0
@@ -84,7 +85,7 @@ class Screening:
             "calibration": self.calibration,
             "reference_pairs": self.reference_pairs,
             "reference_share": round(self.reference_share, 6),
-            "bar": round(self.bar, 6),
+            "rule": {"margin": self.rule.margin, "unfamiliar": self.rule.unfamiliar},
             "thresholds": self.thresholds,
             "held": self.held,
             "batches": self.batches,
@@ -93,20 +94,43 @@ class Screening:
 
 
 class Screener:
-    """The accepted model, in eval mode, turned into per-pixel verdicts."""
+    """The accepted model, in eval mode, turned into per-pixel probabilities."""
 
-    def __init__(self, model: nn.Module, device: torch.device, scale: float) -> None:
-        self.model, self.device, self.scale = model.eval(), device, scale
+    def __init__(self, model: nn.Module, device: torch.device, scale: float, batch_size: int = 8) -> None:
+        self.model, self.device, self.scale, self.batch_size = model.eval(), device, scale, batch_size
 
     @torch.inference_mode()
-    def probabilities(self, raw_image: torch.Tensor, raw_label: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(K, h, w) probabilities and the (h, w) label at the screening scale."""
-        images, labels = to_device(raw_image.unsqueeze(0), raw_label.unsqueeze(0), self.device, False)
+    def probabilities(self, raw_images: torch.Tensor, raw_labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, K, h, w) probabilities and the (N, h, w) labels at the screening scale."""
+        images, labels = to_device(raw_images, raw_labels, self.device, False)
         if self.scale != 1.0:
             images = F.interpolate(images, scale_factor=self.scale, mode="bilinear", align_corners=False)
         logits = self.model(images)[0].float()
         labels = F.interpolate(labels.unsqueeze(1).float(), size=logits.shape[-2:], mode="nearest").long()
-        return logits.softmax(dim=1)[0], labels[0, 0]
+        return logits.softmax(dim=1), labels[:, 0]
+
+    def each(
+        self, dataset: SegmentationDataset, indices: Sequence[int]
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """(index, probabilities, labels) per pair, the model run on batches of same-sized pairs
+        (a forward per pair would cost several times as much on a CPU, and on a GPU too)."""
+        for start in range(0, len(indices), self.batch_size):
+            chunk = [(index, *dataset[index]) for index in indices[start : start + self.batch_size]]
+            by_size: dict[tuple[int, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
+            for item in chunk:
+                by_size.setdefault(tuple(item[1].shape), []).append(item)
+            for group in by_size.values():
+                probs, labels = self.probabilities(
+                    torch.stack([g[1] for g in group]), torch.stack([g[2] for g in group])
+                )
+                for offset, (index, _, _) in enumerate(group):
+                    yield index, probs[offset], labels[offset]
+
+
+# The reference is estimated on every REFERENCE_STRIDE-th pixel of each reference pair's
+# rows and columns, kept from the first pass: a share needs no full resolution, and so trusted
+# pairs are run through the model once, not twice.
+REFERENCE_STRIDE = 4
 
 
 def screen_version(
@@ -126,28 +150,28 @@ def screen_version(
     calibration = "trusted pairs" if trusted else "the screened pairs themselves (no trusted pair yet)"
     reference = trusted or screened
 
-    # Pass 1: the thresholds, the model's average self-confidence per class on the reference.
+    # Pass 1: the thresholds, the model's average self-confidence per class on the reference,
+    # keeping a thinned copy of each reference pair for the reference share.
     confidence = SelfConfidence(len(classes))
-    for index in reference[rank::world]:
-        confidence.update(*screener.probabilities(*dataset[index]))
+    kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for _, probs, labels in screener.each(dataset, reference[rank::world]):
+        confidence.update(probs, labels)
+        thin = (slice(None, None, REFERENCE_STRIDE), slice(None, None, REFERENCE_STRIDE))
+        kept.append((probs[(slice(None), *thin)].half().cpu(), labels[thin].cpu()))
     distributed.all_reduce_sum(confidence.sums)
     distributed.all_reduce_sum(confidence.counts)
     thresholds = confidence.thresholds()
-
-    # Pass 2: the reference share, and every screened pair's verdict (a pair may be both).
     reference_tally = Tally(len(classes))
+    for probs, labels in kept:
+        reference_tally.add(probs.float(), labels, thresholds)
+
+    # Pass 2: every screened pair's verdict.
     per_batch: dict[str, Tally] = {}
     qualities: list[tuple[str, int, float]] = []
-    wanted = set(reference) | set(screened)
-    for index in sorted(wanted)[rank::world]:
-        probs, labels = screener.probabilities(*dataset[index])
-        flagged, seen = likely_errors(probs, labels, thresholds)
-        if index in reference:
-            reference_tally.add(flagged, seen, labels)
-        if index in screened:
-            batch = entries[index].batch
-            tally = per_batch.setdefault(batch, Tally(len(classes)))
-            qualities.append((batch, index, tally.add(flagged, seen, labels)))
+    for index, probs, labels in screener.each(dataset, screened[rank::world]):
+        batch = entries[index].batch
+        tally = per_batch.setdefault(batch, Tally(len(classes)))
+        qualities.append((batch, index, tally.add(probs, labels, thresholds)))
     gathered = distributed.gather_objects((reference_tally, per_batch, qualities))
     for source, (other_ref, other_batches, other_qualities) in enumerate(gathered):
         if source == rank:
@@ -161,7 +185,8 @@ def screen_version(
     batches: dict[str, dict[str, Any]] = {}
     for name, tally in sorted(per_batch.items()):
         trust = next(entry.trust for entry in entries if entry.batch == name)
-        above = rule.holds(tally.share, share)
+        excess, unfamiliar = tally.excess_share(reference_tally), tally.unfamiliarity(reference_tally)
+        above = rule.holds(excess, unfamiliar)
         held = above and trust == NEW  # an operator's release stands
         worst = sorted((q, i) for b, i, q in qualities if b == name)[: settings.worst]
         batches[name] = {
@@ -170,20 +195,22 @@ def screen_version(
             "pixels": tally.pixels,
             "likely_errors": tally.flagged,
             "share": round(tally.share, 6),
+            "excess": round(excess, 6),
+            "unfamiliarity": round(unfamiliar, 4),
             "held": held,
             "above_bar": above,
-            "confusions": tally.confusions(classes),
+            "confusions": tally.confusions(classes, reference_tally),
             "worst_pairs": [
                 {"image": entries[i].image, "label": entries[i].label, "quality": round(q, 4)} for q, i in worst
             ],
-            "reasons": _reasons(tally, share, rule, classes, held=held, trust=trust),
+            "reasons": _reasons(tally, reference_tally, rule, classes, held=held, trust=trust),
         }
     return Screening(
         model=model_name,
         calibration=calibration,
         reference_pairs=reference_tally.pairs,
         reference_share=share,
-        bar=rule.bar(share),
+        rule=rule,
         thresholds={
             name: (None if not np.isfinite(value) else round(float(value), 4))
             for name, value in zip(classes, thresholds.tolist(), strict=True)
@@ -194,13 +221,23 @@ def screen_version(
 
 
 def _reasons(
-    tally: Tally, reference: float, rule: HoldRule, classes: list[str], *, held: bool, trust: str
+    tally: Tally, reference: Tally, rule: HoldRule, classes: list[str], *, held: bool, trust: str
 ) -> list[str]:
-    share = f"{100 * tally.share:.1f} % of its labelled pixels contradict the accepted model"
-    versus = f"{100 * reference:.1f} % on trusted pairs; the bar is {100 * rule.bar(reference):.1f} %"
-    if not rule.holds(tally.share, reference):
-        return [f"{share} ({versus}): within what the model shows on labels it trusts"]
-    found = [f"{share} ({versus})", *(c["text"] for c in tally.confusions(classes))]
+    excess, unfamiliar = tally.excess_share(reference), tally.unfamiliarity(reference)
+    found = [
+        f"{100 * tally.share:.1f} % of its labelled pixels contradict the accepted model "
+        f"({100 * reference.share:.1f} % on trusted pairs); {100 * excess:.1f} % beyond the model's "
+        f"usual confusions (held from {100 * rule.margin:.0f} %)"
+    ]
+    if unfamiliar > rule.unfamiliar:
+        found.append(
+            f"the model does not know these scenes (its predictions differ from those on trusted pairs by "
+            f"{100 * unfamiliar:.0f} %, above {100 * rule.unfamiliar:.0f} %): not judged, trained on"
+        )
+        return found
+    if excess < rule.margin:
+        return [*found, "within what the model shows on labels it trusts"]
+    found += [c["text"] for c in tally.confusions(classes, reference)]
     if not held and trust == RELEASED:
         found.append("released by an operator: trained on, not held again")
     return found
@@ -220,9 +257,9 @@ def write_pictures(
             continue
         for number, pair in enumerate(batch["worst_pairs"], start=1):
             raw_image, raw_label = dataset[by_image[pair["image"]]]
-            probs, labels = screener.probabilities(raw_image, raw_label)
-            flagged, _ = likely_errors(probs, labels, thresholds)
-            picture = _side_by_side(raw_image, labels, probs.argmax(dim=0), flagged)
+            probs, labels = screener.probabilities(raw_image.unsqueeze(0), raw_label.unsqueeze(0))
+            flagged, _ = likely_errors(probs[0], labels[0], thresholds)
+            picture = _side_by_side(raw_image, labels[0], probs[0].argmax(dim=0), flagged)
             path = folder / name / f"{number}.png"
             path.parent.mkdir(parents=True, exist_ok=True)
             picture.save(path, optimize=True)
@@ -266,9 +303,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with an accepted model, screen new batches first and hold the ones it contradicts",
     )
     group.add_argument(
-        "--hold-factor", type=float, default=HoldRule.factor, help="hold at this many times the trusted share"
+        "--hold-unfamiliar",
+        type=float,
+        default=HoldRule.unfamiliar,
+        help="never hold a batch whose predictions differ more than this from those on trusted pairs",
     )
-    group.add_argument("--hold-margin", type=float, default=HoldRule.margin, help="... and at least this far above it")
+    group.add_argument(
+        "--hold-margin",
+        type=float,
+        default=HoldRule.margin,
+        help="hold a batch whose likely errors beyond the model's usual confusions reach this share",
+    )
     group.add_argument("--screening-scale", type=float, default=Settings.scale, help="the scale the model screens at")
 
 
@@ -318,7 +363,7 @@ def phase(
         Path(args.data_dir), entries, None, base_size, ImageDecoder(pick_decoder(args.decoder))
     )
     screener = Screener(model, context.device, args.screening_scale)
-    settings = Settings(rule=HoldRule(args.hold_factor, args.hold_margin), scale=args.screening_scale)
+    settings = Settings(rule=HoldRule(args.hold_margin, args.hold_unfamiliar), scale=args.screening_scale)
     screening = screen_version(screener, dataset, entries, classes, settings, model_name=model_name)
     if context.is_main:
         output = Path(args.output_data_dir)
@@ -326,13 +371,12 @@ def phase(
         output.mkdir(parents=True, exist_ok=True)
         (output / "screening.json").write_text(json.dumps(screening.to_json(), indent=2), encoding="utf-8")
     log.info(
-        "label screening (%s, %.1f s): %d batches; %.1f %% likely errors on %d reference pairs, bar %.1f %%",
+        "label screening (%s, %.1f s): %d batches; %.1f %% likely errors on %d reference pairs",
         screening.calibration,
         screening.seconds,
         len(screening.batches),
         100 * screening.reference_share,
         screening.reference_pairs,
-        100 * screening.bar,
     )
     for name, batch in screening.batches.items():
         verdict = "HELD" if batch["held"] else "released, not held" if batch["above_bar"] else "ok"
@@ -353,10 +397,10 @@ def summary(screening: Screening | None, have_model: bool) -> dict[str, Any]:
         "file": "screening.json",
         "calibration": screening.calibration,
         "reference_share": round(screening.reference_share, 6),
-        "bar": round(screening.bar, 6),
+        "rule": {"margin": screening.rule.margin, "unfamiliar": screening.rule.unfamiliar},
         "held": screening.held,
         "batches": {
-            name: {k: batch[k] for k in ("trust", "pairs", "share", "held")}
+            name: {k: batch[k] for k in ("trust", "pairs", "share", "excess", "unfamiliarity", "held")}
             for name, batch in screening.batches.items()
         },
     }

@@ -36,18 +36,26 @@ NO_THRESHOLD = float("inf")
 
 @dataclass(frozen=True)
 class HoldRule:
-    """A batch is held when its likely-error share is at least `factor` times the trusted pairs'
-    share and at least `margin` above it (both: a near-perfect model's tiny share times three is
-    still nothing, and a weak model's large share plus a margin is a high bar)."""
+    """A batch is held when the accepted model knows its scenes and still contradicts its labels
+    far more than it contradicts trusted labels.
 
-    factor: float = 3.0
-    margin: float = 0.10
+    - *excess*: per (labelled, seen) class pair, the batch's rate of likely errors among the
+      labelled class's pixels less the rate on trusted pairs, summed over the pairs and weighed
+      by the batch's pixels: the likely errors a model of this quality does not make on labels
+      it trusts. Held from `margin` up. A weak model confuses sidewalk and road on trusted labels
+      too; that confusion is its own, not the batch's, and does not count.
+    - *unfamiliarity*: how far the model's predicted classes on the batch are from its
+      predictions on trusted pairs (total variation of the two class distributions). Above
+      `unfamiliar`, the model does not know these scenes (night, rain, another city: it sees
+      road everywhere, say) and its disagreement says nothing about the labels: reported, not
+      held. Labels exported with a wrong class map leave the predictions as they were.
+    """
 
-    def bar(self, reference_share: float) -> float:
-        return max(self.factor * reference_share, reference_share + self.margin)
+    margin: float = 0.15
+    unfamiliar: float = 0.20
 
-    def holds(self, share: float, reference_share: float) -> bool:
-        return share >= self.bar(reference_share)
+    def holds(self, excess: float, unfamiliarity: float) -> bool:
+        return excess >= self.margin and unfamiliarity <= self.unfamiliar
 
 
 class SelfConfidence:
@@ -105,12 +113,17 @@ class Tally:
     labelled: torch.Tensor = field(init=False)
     confusion: torch.Tensor = field(init=False)
 
+    predicted: torch.Tensor = field(init=False)
+
     def __post_init__(self) -> None:
         self.labelled = torch.zeros(self.num_classes, dtype=torch.long)
+        self.predicted = torch.zeros(self.num_classes, dtype=torch.long)
         self.confusion = torch.zeros(self.num_classes, self.num_classes, dtype=torch.long)
 
-    def add(self, flagged: torch.Tensor, seen: torch.Tensor, labels: torch.Tensor) -> float:
-        """One pair; returns its label quality: the share of its labelled pixels not flagged."""
+    def add(self, probs: torch.Tensor, labels: torch.Tensor, thresholds: torch.Tensor) -> float:
+        """One pair's verdicts (`likely_errors`); returns its label quality: the share of its
+        labelled pixels the model does not contradict."""
+        flagged, seen = likely_errors(probs, labels, thresholds)
         k = self.num_classes
         labels = labels.long()
         valid = labels != IGNORE_INDEX
@@ -120,6 +133,7 @@ class Tally:
         self.pixels += pixels
         self.flagged += hits
         self.labelled += torch.bincount(labels[valid].cpu(), minlength=k)[:k]
+        self.predicted += torch.bincount(probs.argmax(dim=0)[valid].cpu(), minlength=k)[:k]
         pair_codes = labels[flagged].cpu() * k + seen[flagged].cpu()
         self.confusion += torch.bincount(pair_codes, minlength=k * k)[: k * k].view(k, k)
         return 1.0 - hits / pixels if pixels else 1.0
@@ -129,31 +143,55 @@ class Tally:
         self.pixels += other.pixels
         self.flagged += other.flagged
         self.labelled += other.labelled
+        self.predicted += other.predicted
         self.confusion += other.confusion
 
     @property
     def share(self) -> float:
         return self.flagged / self.pixels if self.pixels else 0.0
 
-    def confusions(self, classes: list[str], top: int = 3) -> list[dict[str, Any]]:
-        """The largest (labelled, seen) disagreements, each with its share of the labelled class's
-        pixels: "labelled sky where the model sees road: 87 % of those pixels"."""
+    def rates(self) -> torch.Tensor:
+        """(K, K): of the pixels labelled i, the share the model confidently sees as j."""
+        return self.confusion.double() / self.labelled.double().clamp(min=1).unsqueeze(1)
+
+    def excess(self, reference: Tally) -> torch.Tensor:
+        """(K, K) pixel counts of likely errors beyond the reference's rates (`HoldRule`)."""
+        beyond = (self.rates() - reference.rates()).clamp(min=0)
+        return beyond * self.labelled.double().unsqueeze(1)
+
+    def excess_share(self, reference: Tally) -> float:
+        return float(self.excess(reference).sum()) / self.pixels if self.pixels else 0.0
+
+    def unfamiliarity(self, reference: Tally) -> float:
+        """Total variation between the model's predicted classes here and on the reference."""
+        mine = self.predicted.double() / max(1, int(self.predicted.sum()))
+        theirs = reference.predicted.double() / max(1, int(reference.predicted.sum()))
+        return 0.5 * float((mine - theirs).abs().sum())
+
+    def confusions(self, classes: list[str], reference: Tally | None = None, top: int = 3) -> list[dict[str, Any]]:
+        """The largest (labelled, seen) disagreements beyond the reference's, each with its share
+        of the labelled class's pixels: "labelled sky where the model sees road: 87 % of those
+        pixels (1 % on trusted pairs)"."""
+        weights = self.excess(reference) if reference is not None else self.confusion.double()
+        mine, theirs = self.rates(), reference.rates() if reference is not None else None
         found = []
-        flat = self.confusion.flatten()
+        flat = weights.flatten()
         for code in torch.argsort(flat, descending=True)[:top].tolist():
-            count = int(flat[code])
-            if count == 0:
+            if float(flat[code]) <= 0:
                 break
             given, seen = divmod(code, self.num_classes)
-            of_label = count / max(1, int(self.labelled[given]))
+            of_label = float(mine[given, seen])
+            text = f"labelled {classes[given]} where the model sees {classes[seen]}: "
+            text += f"{100 * of_label:.0f} % of those pixels"
+            if theirs is not None:
+                text += f" ({100 * float(theirs[given, seen]):.0f} % on trusted pairs)"
             found.append(
                 {
                     "labelled": classes[given],
                     "seen": classes[seen],
-                    "pixels": count,
+                    "pixels": int(self.confusion[given, seen]),
                     "share_of_labelled": round(of_label, 4),
-                    "text": f"labelled {classes[given]} where the model sees {classes[seen]}: "
-                    f"{100 * of_label:.0f} % of those pixels",
+                    "text": text,
                 }
             )
         return found
