@@ -51,6 +51,7 @@ CITYSCAPES_COLORS: tuple[tuple[int, int, int], ...] = (
     (0, 60, 100), (0, 80, 100), (0, 0, 230), (119, 11, 32),
 )  # fmt: skip
 PICTURE_WIDTH = 192  # each of the four panels of a pair's picture
+MIN_WIDTH = 256  # the narrowest the model screens at
 
 
 @dataclass
@@ -103,8 +104,11 @@ class Screener:
     def probabilities(self, raw_images: torch.Tensor, raw_labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(N, K, h, w) probabilities and the (N, h, w) labels at the screening scale."""
         images, labels = to_device(raw_images, raw_labels, self.device, False)
-        if self.scale != 1.0:
-            images = F.interpolate(images, scale_factor=self.scale, mode="bilinear", align_corners=False)
+        # Never below MIN_WIDTH pixels across: small images shrunk further lose what the model
+        # needs to recognise anything (and cost little at full size).
+        scale = min(1.0, max(self.scale, MIN_WIDTH / images.shape[-1]))
+        if scale != 1.0:
+            images = F.interpolate(images, scale_factor=scale, mode="bilinear", align_corners=False)
         logits = self.model(images)[0].float()
         labels = F.interpolate(labels.unsqueeze(1).float(), size=logits.shape[-2:], mode="nearest").long()
         return logits.softmax(dim=1), labels[:, 0]
