@@ -3,6 +3,7 @@ judge training steps, and shown apart in the report."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainer.profiling.report import load_profile, render_html
+from trainer.profiling.report import render_html
 from trainer.profiling.rules import ProfileData, evaluate
 from trainer.profiling.session import Profiler
-from trainer.profiling.steps import StepTimeline, read_steps
-from trainer.profiling.store import ProfileStore
+from trainer.profiling.steps import StepTimeline, steps_file
 from trainer.train import evaluate as validate
 
 T0 = 1764687600.0
@@ -49,7 +49,7 @@ def test_a_validation_pass_writes_one_eval_step_per_batch(tmp_path: Path) -> Non
     )
     profiler.finish()
     assert int(confusion.matrix.sum()) == 10 * 8 * 16
-    steps = read_steps(tmp_path / "profile")
+    steps = [json.loads(line) for line in steps_file(tmp_path / "profile", 0).read_text().splitlines()]
     assert [(s["phase"], s["epoch"], s["step"]) for s in steps] == [("EVAL", 3, 1), ("EVAL", 3, 2), ("EVAL", 3, 3)]
     for step in steps:
         assert "loss" not in step and step["communication"] == 0.0
@@ -98,18 +98,11 @@ def _judged(data: ProfileData) -> dict[str, dict[str, Any]]:
     return {result.name: result.to_dict() for result in evaluate(data, names=names)}
 
 
-@pytest.mark.parametrize("kind", ["dicts", "store"])
-def test_eval_steps_are_not_judged_as_training_steps(tmp_path: Path, kind: str) -> None:
-    def load(profile: Path) -> ProfileData:
-        if kind == "dicts":
-            return load_profile(profile)
-        held = ProfileStore(profile)
-        held.refresh()
-        return ProfileData(system=held.system, steps=held.steps)
-
+def test_eval_steps_are_not_judged_as_training_steps(tmp_path: Path) -> None:
     _steps(tmp_path / "with", evaluation=True)
     _steps(tmp_path / "without", evaluation=False)
-    with_eval, without = _judged(load(tmp_path / "with")), _judged(load(tmp_path / "without"))
+    with_eval = _judged(ProfileData.read(tmp_path / "with"))
+    without = _judged(ProfileData.read(tmp_path / "without"))
     assert with_eval["DataStall"]["status"] == "NoIssuesFound", "the slow validation loader is no training stall"
     for name in ("DataStall", "LossNotDecreasing", "MaxInitializationTime"):
         assert with_eval[name] == without[name], name
@@ -122,7 +115,7 @@ def test_eval_steps_are_not_judged_as_training_steps(tmp_path: Path, kind: str) 
 
 def test_the_report_shows_validation_passes_apart(tmp_path: Path) -> None:
     _steps(tmp_path, evaluation=True)
-    data = load_profile(tmp_path)
+    data = ProfileData.read(tmp_path)
     page = render_html(data, evaluate(data))
     assert "<b>800</b>training steps (all ranks)" in page, "2 ranks x 2 epochs x 200, no EVAL step"
     assert "<b>120</b>validation steps (all ranks)" in page

@@ -25,7 +25,7 @@ from trainer.data import Augment, SampleKey, SegmentationDataset, augmentation_s
 from trainer.decode import ImageDecoder, pick_decoder
 from trainer.loader import make_loader
 from trainer.profiling.rules import ProfileData, evaluate
-from trainer.profiling.steps import StepTimeline, read_steps
+from trainer.profiling.steps import StepTimeline
 
 pytestmark = pytest.mark.slow(seconds=5)  # the longest test here, on 2 cores
 
@@ -65,7 +65,7 @@ def _run(dataset: SegmentationDataset, workers: int, step: float, profile: Path)
         time.sleep(step)  # the emulated accelerator step
         timeline.record(step=number, epoch=0, start=clock, data_wait=wait, compute=step, communication=0.0, loss=1.0)
     timeline.close()
-    return ProfileData(steps=read_steps(profile), loader={"workers": workers})
+    return ProfileData.read(profile, loader={"workers": workers})
 
 
 def test_a_starved_loader_is_named_and_the_default_one_is_not(tmp_path: Path) -> None:

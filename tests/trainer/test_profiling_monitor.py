@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from trainer.profiling import monitor
-from trainer.profiling.monitor import SystemMonitor, check_interval, parse_nvidia_smi, read_system
-from trainer.profiling.steps import StepTimeline, read_steps
+from trainer.profiling.jsonl import JsonlTail
+from trainer.profiling.monitor import SystemMonitor, check_interval, parse_nvidia_smi
+from trainer.profiling.steps import StepTimeline
 
 DEBUGGER_KEYS = {"Type", "Name", "Dimension", "Value", "NodeId", "Timestamp"}
 
@@ -30,7 +31,7 @@ def test_the_file_is_readable_while_the_sampler_runs(tmp_path: Path) -> None:
     with sampler:
         time.sleep(0.55)
         # Still running: whatever was sampled so far is already on disk, line by line.
-        records = read_system(tmp_path / "profile")
+        records = [record for batch in JsonlTail(sampler.path).read() for record in batch]
     assert sampler.path == tmp_path / "profile" / "system" / "algo-1.jsonl"
     assert records, "nothing was flushed while the sampler ran"
     for record in records:
@@ -115,7 +116,7 @@ def test_each_rank_appends_one_line_per_step(tmp_path: Path) -> None:
     first = json.loads(lines[0])
     assert first["duration"] == pytest.approx(0.5) and first["phase"] == "TRAIN" and first["loss"] == 2.5
     assert json.loads(lines[1])["loss"] is None, "a NaN loss is written as null, valid JSON"
-    assert len(read_steps(tmp_path)) == 7
+    assert sum(len(path.read_text().splitlines()) for path in (tmp_path / "steps").glob("rank*.jsonl")) == 7
     with pytest.raises(ValueError, match="phase"):
         again.record(step=4, epoch=1, start=13.0, data_wait=0, compute=0, communication=0, phase="PREDICT")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from functions.common.rules import parse_rules_file
 from trainer.profiling import rerender
 from trainer.profiling.monitor import SystemMonitor
-from trainer.profiling.report import load_profile, main, render_html, write_outputs
+from trainer.profiling.report import render_html, write_outputs
 from trainer.profiling.rules import ProfileData, evaluate
 from trainer.profiling.steps import StepTimeline
 
@@ -38,7 +38,7 @@ def real_profile(profile_dir: Path) -> ProfileData:
         time.sleep(0.35)
         for timeline in timelines:
             timeline.close()
-    return load_profile(profile_dir, loader={"workers": 0, "decoder": "pillow"})
+    return ProfileData.read(profile_dir, loader={"workers": 0, "decoder": "pillow"})
 
 
 def test_real_trainer_output_is_a_valid_rules_file(tmp_path: Path) -> None:
@@ -57,8 +57,7 @@ def test_real_trainer_output_is_a_valid_rules_file(tmp_path: Path) -> None:
 
 
 def test_the_report_is_self_contained_and_shows_what_an_engineer_needs(tmp_path: Path) -> None:
-    data = starved_run()
-    data.system += [
+    cores = [
         {
             "Type": "cpu",
             "Name": f"cpu{c}",
@@ -70,6 +69,7 @@ def test_the_report_is_self_contained_and_shows_what_an_engineer_needs(tmp_path:
         for i in range(200)
         for c in range(4)
     ]
+    data = starved_run(more_system=cores)
     metrics = {
         "dataset_version": "v7",
         "code_sha256": "ab" * 32,
@@ -173,7 +173,7 @@ def test_the_report_can_be_re_rendered_from_a_runs_output_folder(tmp_path: Path)
     (tmp_path / "metrics.json").write_text(
         json.dumps({"dataset_version": "v9", "epochs": [{"epoch": 0, "train_loss": 2.0, "miou": 0.2}]})
     )
-    assert main([str(tmp_path), "--job-name", "again"]) == 0
+    assert rerender.main([str(tmp_path), "--job-name", "again"]) == 0
     assert parse_rules_file((tmp_path / "rules.json").read_text()).job_name == "again"
     page = (tmp_path / "report.html").read_text()
     checker = _Balance()

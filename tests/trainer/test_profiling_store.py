@@ -1,5 +1,6 @@
 """The online evaluator's reading and memory: only appended lines are parsed, records are held in
-columns (bounded bytes per record), and the rules and report say exactly what they say on dicts."""
+columns (bounded bytes per record) that give every value back exactly, and a store read in
+pieces makes the rules and the report say what one full read makes them say."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ import pytest
 
 from trainer.profiling import jsonl
 from trainer.profiling.jsonl import JsonlTail
-from trainer.profiling.report import load_profile, render_html
+from trainer.profiling.report import render_html
 from trainer.profiling.rules import ProfileData, evaluate
-from trainer.profiling.steps import read_steps
 from trainer.profiling.store import ProfileStore
 
 T0 = 1764687600.0
@@ -55,11 +55,10 @@ def test_the_tail_parses_only_appended_lines_and_waits_for_a_partial_one(
     assert tail.offset == path.stat().st_size
 
 
-def test_garbled_lines_are_skipped_as_read_jsonl_skips_them(tmp_path: Path) -> None:
+def test_garbled_lines_and_lines_that_are_no_records_are_skipped(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text(line({"a": 1}) + '{"a": 2\n' + "[1, 2]\n" + line({"a": 3}) + '{"a": 4}')
     assert read_all(JsonlTail(path)) == [{"a": 1}, {"a": 3}, {"a": 4}]
-    assert jsonl.read_jsonl(path)[:1] + jsonl.read_jsonl(path)[2:] == [{"a": 1}, {"a": 3}, {"a": 4}]
 
 
 def test_a_replaced_file_is_read_again_from_its_start(tmp_path: Path) -> None:
@@ -150,12 +149,10 @@ def write_profile(profile: Path, first: int, count: int) -> None:
         write_steps(profile / "steps" / f"rank{rank}.jsonl", rank, first + 1, count)
 
 
-def same_as_dicts(store: ProfileStore, profile: Path) -> None:
-    full = load_profile(profile)
-    assert list(store.system) == full.system
-    assert [dict(step) for step in store.steps] == full.steps
+def same_as_a_full_read(store: ProfileStore, profile: Path) -> None:
     kept = ProfileData(system=store.system, steps=store.steps, started_at=T0 - 60, now=T0 + 2000)
-    full.started_at, full.now = T0 - 60, T0 + 2000
+    full = ProfileData.read(profile, started_at=T0 - 60, now=T0 + 2000)
+    assert (len(kept.system), len(kept.steps)) == (len(full.system), len(full.steps))
     assert [r.to_dict() for r in evaluate(kept)] == [r.to_dict() for r in evaluate(full)]
     page, expected = render_html(kept, evaluate(kept)), render_html(full, evaluate(full))
     assert page.split("</p>", 1)[1] == expected.split("</p>", 1)[1], "the same report, but for its time"
@@ -166,11 +163,11 @@ def test_the_store_read_in_pieces_gives_what_a_full_read_gives(tmp_path: Path) -
     store = ProfileStore(profile)
     write_profile(profile, 0, 700)
     assert store.refresh() > 0
-    same_as_dicts(store, profile)
+    same_as_a_full_read(store, profile)
     write_profile(profile, 700, 500)  # the job goes on: every file grows
     added = store.refresh()
     assert added == 2 * 500 * 15 + 2 * 500, "only the new records were added (15 a snapshot)"
-    same_as_dicts(store, profile)
+    same_as_a_full_read(store, profile)
     results = {r.name: r for r in evaluate(ProfileData(system=store.system, steps=store.steps))}
     assert results["StepOutlier"].status == "IssuesFound" and results["DataStall"].status == "IssuesFound"
 
@@ -197,12 +194,16 @@ def test_values_come_back_exactly_whatever_their_form(tmp_path: Path) -> None:
     steps.write_text("".join(line(record) for record in lines))
     store = ProfileStore(profile)
     store.refresh()
-    values = [record["Value"] for record in store.system]
-    assert values[:-1] == odd[:-1] and math.isnan(values[-1])
-    full = read_steps(profile)
-    assert [dict(step) for step in store.steps] == full
-    assert [step.get("rank", 0) for step in store.steps] == [0, 0, 3]
-    assert "loss" not in store.steps[0] and store.steps[1]["loss"] is None
+    [(stamps, values)] = store.system.series("D").values()
+    assert values[:-1].tolist() == odd[:-1] and math.isnan(values[-1])
+    assert stamps.tolist() == [T0 + i for i in range(len(odd))]
+    [held] = store.steps.groups(lambda s: "all", lambda s: True, by_start=False).values()
+    for name in ("start", "duration", "data_wait", "compute", "communication"):
+        assert held.column(name).tolist() == [float(record.get(name, 0.0)) for record in lines], name
+    assert [held.get(i, "step") for i in range(3)] == [1.0, 2.0, 2.5], "a step number that is not whole"
+    assert [held.get(i, "rank", 0) for i in range(3)] == [0, 0, 3] and store.steps.ranks() == {0, 3}
+    assert held.column("has_loss").tolist() == [False, False, True], "no loss, a null loss, a loss"
+    assert held.column("loss")[2] == 0.1
 
 
 def test_memory_is_bounded_per_record_and_grows_linearly(tmp_path: Path) -> None:
@@ -243,10 +244,10 @@ def test_records_a_few_milliseconds_apart_group_into_snapshots_as_the_rules_grou
             ):
                 record = {"Name": name, "Dimension": dimension, "Value": value, "NodeId": "algo-1"}
                 handle.write(line({**record, "Type": "x", "Timestamp": round(stamp + offset, 3)}))
-    store = ProfileStore(tmp_path / "profile")
-    store.refresh()
-    kept, full = ProfileData(system=store.system), load_profile(tmp_path / "profile")
-    names = ["CPUBottleneck", "BatchSize", "LowGPUUtilization", "OverallSystemUsage"]
-    results = [r.to_dict() for r in evaluate(kept, names=names)]
-    assert results == [r.to_dict() for r in evaluate(full, names=names)]
-    assert results[0]["status"] == "IssuesFound"
+    data = ProfileData.read(tmp_path / "profile")
+    [snapshots] = data.system.per_snapshot(["CPUUtilization", "GPUMemoryUtilization"]).values()
+    late = sum(1 for i in range(400) if i % 7 == 0)
+    assert len(snapshots.stamps) == 400 + late, "30 ms after a sample's first record starts a snapshot of its own"
+    assert snapshots.count["CPUUtilization"].tolist().count(2) == 400, "both cores, 4 ms apart, in one snapshot"
+    [cpu] = evaluate(data, names=["CPUBottleneck"])
+    assert cpu.status == "IssuesFound", cpu.evidence

@@ -21,7 +21,6 @@ from typer.testing import CliRunner, Result
 from functions.common.rules import parse_rules_file
 from retrain.commands import report as report_command
 from trainer.profiling import rerender
-from trainer.profiling.report import main as report_main
 from trainer.profiling.session import Profiler
 
 JOB = "retrain-v3-test"
@@ -224,8 +223,10 @@ def test_the_runs_own_files_are_protected(run: Path, monkeypatch: pytest.MonkeyP
     assert after["rules.json"] == before["rules.json"] and set(after) == set(before)
 
 
-def test_python_m_report_keeps_the_runs_parameters_and_job_name(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert report_main([str(run)]) == 0
+def test_python_m_rerender_keeps_the_runs_parameters_and_job_name(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert rerender.main([str(run)]) == 0
     rewritten = parse_rules_file((run / "rules.json").read_text())
     assert rewritten.job_name == JOB
     stall = next(r for r in rewritten.rules if r.name == "DataStall")
@@ -233,12 +234,14 @@ def test_python_m_report_keeps_the_runs_parameters_and_job_name(run: Path, capsy
     assert "default" not in capsys.readouterr().err
 
 
-def test_python_m_report_says_when_it_falls_back_to_the_defaults(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_python_m_rerender_says_when_it_falls_back_to_the_defaults(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (run / "rules.json").unlink()
-    assert report_main([str(run)]) == 0
+    assert rerender.main([str(run)]) == 0
     assert "default parameters" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
-        report_main([str(run / "profile" / "steps" / "rank0.jsonl")])
+        rerender.main([str(run / "profile" / "steps" / "rank0.jsonl")])
     assert exit_info.value.code == 2
 
 

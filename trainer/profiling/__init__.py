@@ -4,8 +4,9 @@
 - `steps.py`: every rank appends one line per step (data wait, compute, communication), TRAIN
   or EVAL (a validation batch);
 - `rules.py`: Debugger's built-in profiler rules, plus DataStall and LossNotDecreasing;
-- `report.py`: `rules.json` and a self-contained `report.html`.
-- `jsonl.py`, `store.py`: the files read as they grow, and held in columns (rank 0's online
-  evaluation: bounded bytes per record, only appended lines parsed).
+- `report.py`: `rules.json` and a self-contained `report.html`; `rerender.py`: a run's report
+  rendered again after the run (`python -m trainer.profiling.rerender OUTPUT_DIR`);
+- `jsonl.py`, `store.py`: the files read as they grow, and held in columns: the one form the
+  rules and the report read (bounded bytes per record, only appended lines parsed);
 - `session.py`: the `Profiler` the training loop drives; `flags.py`: its hyperparameters.
 """

@@ -8,19 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of `path`; a half-written last line (the job is running) is skipped."""
-    records: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
-
-
 # Bytes read at a time: a 24-hour host file is gigabytes; one block's dicts live at a time.
 READ_BLOCK_BYTES = 1 << 20
 # What `JsonlTail` remembers of a file to notice it was replaced rather than appended to.
@@ -32,8 +19,8 @@ class JsonlTail:
 
     The offset after the last complete line is remembered, so each call parses only the lines
     appended since the previous one; a line still being written (no newline yet, and not yet
-    valid JSON) is left for the next call. The records are those `read_jsonl` would return for
-    the same bytes. A file that no longer starts with the bytes seen before, or that got
+    valid JSON) is left for the next call. Every other line that is a JSON object is a record;
+    a garbled one is skipped. A file that no longer starts with the bytes seen before, or that got
     shorter, was replaced (rank 0 writes other hosts' files whole when the job ends): `poll()`
     says so and reading starts again from its first byte.
     """

@@ -41,8 +41,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainer.profiling.jsonl import read_jsonl
-
 log = logging.getLogger("trainer.profiling")
 
 ALLOWED_INTERVALS_MS = (100, 200, 500, 1000, 5000, 60000)
@@ -392,11 +390,3 @@ class SystemMonitor:
                 continue
         self._processes = seen
         return len(seen), round(total, 2), alive
-
-
-def read_system(profile_dir: Path) -> list[Record]:
-    """Every host's records (a line cut short by a running writer is skipped)."""
-    records: list[Record] = []
-    for path in sorted((profile_dir / "system").glob("*.jsonl")):
-        records.extend(read_jsonl(path))
-    return records

@@ -25,21 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from trainer.profiling.monitor import read_system
+from trainer import data_report
 from trainer.profiling.rules import ProfileData, RuleEvaluation
-from trainer.profiling.steps import read_steps
-from trainer.profiling.store import StepArrays, group_steps, nodes_of, points_of, ranks_of
+from trainer.profiling.store import StepArrays, StepColumns, SystemColumns
 
 RULES_FILE = "rules.json"
 REPORT_FILE = "report.html"
 # Heatmap and timeline resolution: enough to see phases, small enough for any browser.
 MAX_COLUMNS = 120
 MAX_BARS = 200
-
-
-def load_profile(profile_dir: Path, loader: Mapping[str, Any] | None = None) -> ProfileData:
-    """What the trainer wrote under `profile/` (possibly still being written)."""
-    return ProfileData(system=read_system(profile_dir), steps=read_steps(profile_dir), loader=dict(loader or {}))
 
 
 def rules_document(
@@ -72,7 +66,8 @@ def write_outputs(
     rules_path, report_path = out_dir / RULES_FILE, out_dir / REPORT_FILE
     document = rules_document(results, job_name=job_name)
     write_atomic(rules_path, json.dumps(document, indent=2) + "\n")
-    write_atomic(report_path, render_html(data, results, job_name=job_name, metrics=metrics))
+    new_data = data_report.section(out_dir, metrics)
+    write_atomic(report_path, render_html(data, results, job_name=job_name, metrics=metrics, new_data=new_data))
     return rules_path, report_path
 
 
@@ -140,7 +135,9 @@ def render_html(
     *,
     job_name: str | None = None,
     metrics: Mapping[str, Any] | None = None,
+    new_data: str = "",
 ) -> str:
+    """The page; `new_data` is the run's "New data" section (`trainer/data_report.py`), if any."""
     title = f"Profiling report: {job_name}" if job_name else "Profiling report"
     issues = [r for r in results if r.status == "IssuesFound"]
     parts = [
@@ -151,6 +148,7 @@ def render_html(
         f"<p class='sub'>Generated {_e(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))} by the "
         "trainer's built-in profiler (SageMaker Debugger's rule definitions).</p>",
         _summary_cards(data, results, issues),
+        new_data,
         "<h2>Rules</h2>",
         _rules_table(results),
         "<h2>Where step time goes</h2>",
@@ -176,8 +174,8 @@ def _summary_cards(data: ProfileData, results: Sequence[RuleEvaluation], issues:
     wait = sum(float(ranked.data_wait.sum()) for ranked in train)
     comm = sum(float(ranked.communication.sum()) for ranked in train)
     evaluation = sum(len(ranked) for ranked in _by_rank(data.steps, "EVAL").values())
-    hosts = sorted(nodes_of(data.system))
-    ranks = sorted(ranks_of(data.steps))
+    hosts = sorted(data.system.nodes())
+    ranks = sorted(data.steps.ranks())
     judged = [r for r in results if r.applicable]
     cards = [
         ("rules with issues", f"{len(issues)} of {len(judged)} that could judge"),
@@ -223,12 +221,12 @@ def _rules_table(results: Sequence[RuleEvaluation]) -> str:
     )
 
 
-def _by_rank(steps: Sequence[Mapping[str, Any]], phase: str) -> dict[int, StepArrays]:
+def _by_rank(steps: StepColumns, phase: str) -> dict[int, StepArrays]:
     """One phase's steps per rank, sorted by start (a step without a phase is a TRAIN step)."""
-    return group_steps(steps, lambda s: int(s.get("rank", 0)), lambda s: s.get("phase", "TRAIN") == phase)
+    return steps.groups(lambda s: int(s.get("rank", 0)), lambda s: s.get("phase", "TRAIN") == phase)
 
 
-def _rank_table(steps: Sequence[Mapping[str, Any]]) -> str:
+def _rank_table(steps: StepColumns) -> str:
     per_rank = _by_rank(steps, "TRAIN")
     if not per_rank:
         return "<p class='muted'>No training steps recorded.</p>"
@@ -261,7 +259,7 @@ def _stacked_bar(fractions: Sequence[float], width: float) -> str:
     return f"<svg width='222' height='12' role='img'>{''.join(rects)}</svg>"
 
 
-def _timelines(steps: Sequence[Mapping[str, Any]]) -> str:
+def _timelines(steps: StepColumns) -> str:
     per_rank = _by_rank(steps, "TRAIN")
     if not per_rank:
         return ""
@@ -307,11 +305,11 @@ def _timelines(steps: Sequence[Mapping[str, Any]]) -> str:
     return "<h3>Step timelines</h3>" + legend + "".join(charts)
 
 
-def _eval_passes(steps: Sequence[Mapping[str, Any]]) -> str:
+def _eval_passes(steps: StepColumns) -> str:
     """The validation batches (EVAL steps), apart from the training steps the figures above and
     the step rules (DataStall, LossNotDecreasing) are about: one row per validation pass."""
     title = "<h3>Validation passes (EVAL steps, not counted as training steps)</h3>"
-    passes = group_steps(steps, lambda s: (s.get("epoch"), int(s.get("rank", 0))), lambda s: s.get("phase") == "EVAL")
+    passes = steps.groups(lambda s: (s.get("epoch"), int(s.get("rank", 0))), lambda s: s.get("phase") == "EVAL")
     if not passes:
         return title + "<p class='muted'>No validation steps recorded.</p>"
     by_epoch: dict[Any, list[StepArrays]] = defaultdict(list)
@@ -340,8 +338,10 @@ def _eval_passes(steps: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _heatmaps(system: Sequence[Mapping[str, Any]], dimension: str, what: str) -> str:
-    grouped = points_of(system, dimension)
+def _heatmaps(system: SystemColumns, dimension: str, what: str) -> str:
+    grouped: dict[str, dict[str, tuple[Any, Any]]] = defaultdict(dict)
+    for (node, name), points in system.series(dimension).items():
+        grouped[node][name] = points
     if not grouped:
         return ""
     out = []
@@ -446,47 +446,3 @@ def _lineage(metrics: Mapping[str, Any]) -> str:
         text = json.dumps(value) if isinstance(value, dict | list) else str(value)
         rows.append(f"<tr><th>{_e(key)}</th><td>{_e(text)}</td></tr>")
     return f"<table class='kv'>{''.join(rows)}</table>" if rows else ""
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m trainer.profiling.report OUTPUT_DIR`: re-evaluate and re-render a run.
-
-    The rules run again on everything under `profile/` with the parameters the run's own
-    `rules.json` records (see `rerender`), so a run started with `--rule-parameters` keeps them;
-    without a `rules.json` the defaults are used and stderr says so. Both files are rewritten
-    in `--out` (default OUTPUT_DIR): this is the trainer's own final step, done again, e.g. for
-    a run that died before it. `retrain report` renders a copy instead and touches nothing.
-    """
-    import argparse  # noqa: PLC0415 - only the command line needs it
-    import sys  # noqa: PLC0415
-
-    from trainer.profiling import rerender  # noqa: PLC0415 - it imports this module
-
-    parser = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("output_dir", type=Path, help="the run's output folder (holds profile/), or profile/")
-    parser.add_argument("-o", "--out", type=Path, help="folder for rules.json and report.html")
-    parser.add_argument("--metrics", type=Path, help="metrics.json (default: OUTPUT_DIR's)")
-    parser.add_argument("--job-name", help="the report's job name (default: the one rules.json records)")
-    args = parser.parse_args(argv)
-    try:
-        run = rerender.find_run(args.output_dir)
-        if args.metrics:
-            run = rerender.RunFolder(run.output_dir, metrics_file=args.metrics)
-        rendered = rerender.load(run, re_evaluate=True, job_name=args.job_name)
-    except rerender.RunFolderError as error:
-        parser.error(str(error))  # exits 2, with the usage line
-    for note in rendered.notes:
-        print(f"note: {note}", file=sys.stderr)
-    _, page = write_outputs(
-        args.out or run.output_dir,
-        rendered.data,
-        rendered.results,
-        job_name=rendered.job_name,
-        metrics=rendered.metrics,
-    )
-    print(page)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -20,19 +20,25 @@ output folder. Rendering that folder again must not quietly change what the run 
 `rules.json` records parameters as strings (`RuleEvaluation.parameters`); `recorded_parameters`
 turns them back into the numbers and `None`s the rules were given.
 
+`python -m trainer.profiling.rerender OUTPUT_DIR` (`main`) re-evaluates a run and rewrites its
+`rules.json` and `report.html`; `retrain report` renders a copy instead.
+
 No torch, and nothing from `functions` (the trainer ships alone): the rules file is read as the
 plain JSON the trainer writes.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from trainer import data_report
 from trainer.profiling import report, rules
 from trainer.profiling.rules import ProfileData, RuleEvaluation
 
@@ -44,7 +50,6 @@ TRAIN_OUTPUT_DIR = "output"
 # final evaluation happens after the samplers stop, so only clock skew between hosts (their
 # samples reach rank 0 with their own clocks) can put a sample after it: seconds at most.
 STALE_AFTER_SECONDS = 5.0
-STOP_NOTE = "this rule stopped the training (--stop-on-rule)"
 
 
 class RunFolderError(ValueError):
@@ -114,12 +119,29 @@ class Rendered:
     verdicts: str
     # Caveats, one sentence each, for stderr: defaults used, verdicts that miss the run's end...
     notes: list[str] = field(default_factory=list)
+    # The run's "New data" section (screening and each drop's impact), when it has one.
+    new_data: str = ""
 
     def html(self) -> str:
-        return report.render_html(self.data, self.results, job_name=self.job_name, metrics=self.metrics)
+        return report.render_html(
+            self.data, self.results, job_name=self.job_name, metrics=self.metrics, new_data=self.new_data
+        )
 
 
 def load(
+    run: RunFolder,
+    *,
+    re_evaluate: bool = False,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    job_name: str | None = None,
+) -> Rendered:
+    """What the report of `run` is made of (see `_load`), its "New data" section included."""
+    rendered = _load(run, re_evaluate=re_evaluate, overrides=overrides, job_name=job_name)
+    rendered.new_data = data_report.section(run.output_dir, rendered.metrics)
+    return rendered
+
+
+def _load(
     run: RunFolder,
     *,
     re_evaluate: bool = False,
@@ -134,7 +156,7 @@ def load(
     notes: list[str] = []
     document = _read_rules(run)
     metrics = _read_metrics(run, notes)
-    data = report.load_profile(run.profile_dir, loader=(metrics or {}).get("loader"))
+    data = ProfileData.read(run.profile_dir, loader=dict((metrics or {}).get("loader") or {}))
     if not data.steps and not data.system:
         notes.append(f"{run.profile_dir} holds no samples and no steps: the report has nothing to show")
     name = job_name or (document or {}).get("job_name")
@@ -275,9 +297,13 @@ def _evaluate(data: ProfileData, parameters: Mapping[str, Mapping[str, Any]] | N
 
 
 def _newest(data: ProfileData) -> float | None:
-    stamps = [float(r["Timestamp"]) for r in data.system]
-    stamps += [float(s["start"]) + float(s.get("duration", 0.0)) for s in data.steps]
-    return max(stamps, default=None)
+    """The newest moment the profile holds: a sample's time or a step's end."""
+    span = data.system.time_range()
+    ends = data.steps.column("start") + data.steps.column("duration")
+    newest = [span[1]] if span else []
+    if len(ends):
+        newest.append(float(ends.max()))
+    return max(newest, default=None)
 
 
 def _stale_note(document: Mapping[str, Any], data: ProfileData, run: RunFolder) -> str | None:
@@ -300,12 +326,12 @@ def _stale_note(document: Mapping[str, Any], data: ProfileData, run: RunFolder) 
 
 def _started_at(recorded: list[RuleEvaluation], data: ProfileData) -> float | None:
     """The job's start, from the recorded MaxInitializationTime: first step minus its wait."""
-    starts = [float(s["start"]) for s in data.steps]
+    starts = data.steps.column("start")
     for result in recorded:
         waited = result.evidence.get("initialization_seconds")
         seen = result.evidence.get("first_step_seen")
-        if result.name == "MaxInitializationTime" and seen and starts and isinstance(waited, int | float):
-            return min(starts) - float(waited)
+        if result.name == "MaxInitializationTime" and seen and len(starts) and isinstance(waited, int | float):
+            return float(starts.min()) - float(waited)
     return None
 
 
@@ -314,5 +340,43 @@ def _carry_stop_note(recorded: list[RuleEvaluation], results: list[RuleEvaluatio
     stopped = {r.name for r in recorded if r.evidence.get("stopped_training") is True}
     for result in results:
         if result.name in stopped:
-            result.evidence["stopped_training"] = True
-            result.detail = f"{result.detail}; {STOP_NOTE}" if result.detail else STOP_NOTE
+            result.stopped_training()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m trainer.profiling.rerender OUTPUT_DIR`: re-evaluate and re-render a run.
+
+    The rules run again on everything under `profile/` with the parameters the run's own
+    `rules.json` records (see `load`), so a run started with `--rule-parameters` keeps them;
+    without a `rules.json` the defaults are used and stderr says so. Both files are rewritten
+    in `--out` (default OUTPUT_DIR): this is the trainer's own final step, done again, e.g. for
+    a run that died before it. `retrain report` renders a copy instead and touches nothing.
+    """
+    parser = argparse.ArgumentParser(description=main.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output_dir", type=Path, help="the run's output folder (holds profile/), or profile/")
+    parser.add_argument("-o", "--out", type=Path, help="folder for rules.json and report.html")
+    parser.add_argument("--metrics", type=Path, help="metrics.json (default: OUTPUT_DIR's)")
+    parser.add_argument("--job-name", help="the report's job name (default: the one rules.json records)")
+    args = parser.parse_args(argv)
+    try:
+        run = find_run(args.output_dir)
+        if args.metrics:
+            run = RunFolder(run.output_dir, metrics_file=args.metrics)
+        rendered = load(run, re_evaluate=True, job_name=args.job_name)
+    except RunFolderError as error:
+        parser.error(str(error))  # exits 2, with the usage line
+    for note in rendered.notes:
+        print(f"note: {note}", file=sys.stderr)
+    _, page = report.write_outputs(
+        args.out or run.output_dir,
+        rendered.data,
+        rendered.results,
+        job_name=rendered.job_name,
+        metrics=rendered.metrics,
+    )
+    print(page)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,10 +1,11 @@
 """SageMaker Debugger's built-in profiler rules, evaluated on our own samples; pure functions.
 
-The inputs are what the trainer writes: Debugger-format system records (`monitor.py`) and
-per-rank step lines (`steps.py`). Each rule follows the definition and the defaults of
-Debugger's rule (smdebug `profiler/analysis/rules/*.py` and the SDK's rulesconfig), including
-how it is invoked: every `scan_interval_s` (60 s) of timeline, on everything seen so far, each
-scan where the condition holds counting as a trigger (Debugger's `RuleTriggered`).
+The inputs are what the trainer writes, Debugger-format system records (`monitor.py`) and
+per-rank step lines (`steps.py`), in the columns `store.ProfileStore` holds them in. Each rule
+follows the definition and the defaults of Debugger's rule (smdebug
+`profiler/analysis/rules/*.py` and the SDK's rulesconfig), including how it is invoked: every
+`scan_interval_s` (60 s) of timeline, on everything seen so far, each scan where the condition
+holds counting as a trigger (Debugger's `RuleTriggered`).
 
 Short runs: where a rule has fewer samples than its `patience` (or `window`), it would never
 judge; it is then evaluated with patience and window both scaled to 20 % of the samples
@@ -58,17 +59,14 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trainer.profiling.store import StepArrays, StepColumns, SystemColumns, group_steps
-
-# A dict read from a profile file, or a row of the compact store's columns (`store.py`).
-Record = Mapping[str, Any]
+from trainer.profiling.store import ProfileStore, StepColumns, SystemColumns
 
 SHORT_RUN_FRACTION = 0.2
-SNAPSHOT_WINDOW_SECONDS = 0.02
 SCAN_INTERVAL_SECONDS = 60.0
 # Below this many samples no rule judges at all: a percentile of 3 values says nothing.
 MIN_SAMPLES = 5
@@ -79,6 +77,7 @@ MAX_EVIDENCE_ITEMS = 20
 NOISE_STANDARD_ERRORS = 4
 
 STATUS_OK, STATUS_ISSUES, STATUS_ERROR = "NoIssuesFound", "IssuesFound", "Error"
+STOP_NOTE = "this rule stopped the training (--stop-on-rule)"
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "LowGPUUtilization": {"threshold_p95": 70, "threshold_p5": 10, "window": 500, "patience": 1000},
@@ -112,15 +111,22 @@ RULE_NAMES: tuple[str, ...] = tuple(DEFAULTS)
 class ProfileData:
     """Everything the rules look at."""
 
-    # Lists of dicts (`report.load_profile`), or the compact columns of `store.ProfileStore`,
-    # which the helpers below read without making a dict per record.
-    system: Sequence[Record] = field(default_factory=list)
-    steps: Sequence[Record] = field(default_factory=list)
+    # What `store.ProfileStore` read from `profile/`: columns, not one dict per record.
+    system: SystemColumns = field(default_factory=SystemColumns)
+    steps: StepColumns = field(default_factory=StepColumns)
     # When the job started and the newest moment seen (epoch seconds); from the data if None.
     started_at: float | None = None
     now: float | None = None
     # The data loader's settings (workers, decoder, ...), named in DataStall's advice.
     loader: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, *profile_dirs: Path, **fields: Any) -> ProfileData:
+        """Everything under these `profile/` folders now (the online evaluator keeps its
+        `ProfileStore` instead, to read only what is appended); `fields` as the class takes them."""
+        held = ProfileStore(*profile_dirs)
+        held.refresh()
+        return cls(system=held.system, steps=held.steps, **fields)
 
 
 @dataclass
@@ -146,6 +152,11 @@ class RuleEvaluation:
         self.status, self.applicable, self.not_applicable_reason = STATUS_OK, False, reason
         self.detail = reason
         return self
+
+    def stopped_training(self) -> None:
+        """This rule stopped the run (`--stop-on-rule`): its evidence and detail say so."""
+        self.evidence["stopped_training"] = True
+        self.detail = f"{self.detail}; {STOP_NOTE}" if self.detail else STOP_NOTE
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -223,138 +234,26 @@ def _upto(stamps: Any, end: float) -> int:
     return int(np.searchsorted(stamps, end, side="right"))
 
 
-def _series(system: Sequence[Record], dimension: str) -> dict[tuple[str, str], tuple[Any, Any]]:
-    """(node, name) -> (timestamps, values), sorted by time, for one dimension."""
-    if isinstance(system, SystemColumns):
-        return system.series(dimension)
-    grouped: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for record in system:
-        if record.get("Dimension") == dimension:
-            grouped[(str(record["NodeId"]), str(record["Name"]))].append(
-                (float(record["Timestamp"]), float(record["Value"]))
-            )
-    series = {}
-    for key, points in sorted(grouped.items()):
-        points.sort()
-        series[key] = (
-            np.array([t for t, _ in points], dtype=float),
-            np.array([v for _, v in points], dtype=float),
-        )
-    return series
-
-
-def _snapshots(system: Sequence[Record]) -> dict[str, list[tuple[float, Sequence[Record]]]]:
-    """Per node: records grouped into snapshots (a gap of more than 0.02 s starts a new one)."""
-    if isinstance(system, SystemColumns):
-        return system.snapshots()
-    by_node: dict[str, list[Record]] = defaultdict(list)
-    for record in system:
-        by_node[str(record["NodeId"])].append(record)
-    snapshots: dict[str, list[tuple[float, Sequence[Record]]]] = {}
-    for node, records in sorted(by_node.items()):
-        records.sort(key=lambda r: float(r["Timestamp"]))
-        groups: list[tuple[float, list[Record]]] = []
-        for record in records:
-            stamp = float(record["Timestamp"])
-            if groups and stamp - groups[-1][0] <= SNAPSHOT_WINDOW_SECONDS:
-                groups[-1][1].append(record)
-            else:
-                groups.append((stamp, [record]))
-        snapshots[node] = [(stamp, group) for stamp, group in groups]
-    return snapshots
-
-
-def _has(system: Sequence[Record], dimension: str) -> bool:
-    if isinstance(system, SystemColumns):
-        return system.has(dimension)
-    return any(record.get("Dimension") == dimension for record in system)
-
-
 def _snapshot_flags(
-    system: Sequence[Record], dimension: str, gpu_threshold: float, threshold: float
+    system: SystemColumns, dimension: str, gpu_threshold: float, threshold: float
 ) -> dict[str, tuple[list[float], list[bool]]]:
     """Per node: each snapshot's time, and whether in it a GPU was below `gpu_threshold` while a
     `dimension` record was above `threshold` (CPUBottleneck, IOBottleneck)."""
     result: dict[str, tuple[list[float], list[bool]]] = {}
-    if isinstance(system, SystemColumns):
-        for node, stats in system.per_snapshot(("GPUUtilization", dimension)).items():
-            flags = (stats.min["GPUUtilization"] < gpu_threshold) & (stats.max[dimension] > threshold)
-            result[node] = (stats.stamps, flags.tolist())
-        return result
-    for node, snapshots in _snapshots(system).items():
-        flags_list = []
-        for _, records in snapshots:
-            gpu_low = any(r["Dimension"] == "GPUUtilization" and float(r["Value"]) < gpu_threshold for r in records)
-            busy = any(r["Dimension"] == dimension and float(r["Value"]) > threshold for r in records)
-            flags_list.append(gpu_low and busy)
-        result[node] = ([stamp for stamp, _ in snapshots], flags_list)
+    for node, stats in system.per_snapshot(("GPUUtilization", dimension)).items():
+        flags = (stats.min["GPUUtilization"] < gpu_threshold) & (stats.max[dimension] > threshold)
+        result[node] = (stats.stamps, flags.tolist())
     return result
 
 
-def _snapshot_means(system: Sequence[Record], dimension: str) -> dict[str, tuple[list[float], list[float]]]:
+def _snapshot_means(system: SystemColumns, dimension: str) -> dict[str, tuple[list[float], list[float]]]:
     """Per node: the time and the mean `dimension` value of each snapshot that has one."""
     result: dict[str, tuple[list[float], list[float]]] = {}
-    if isinstance(system, SystemColumns):
-        for node, stats in system.per_snapshot((dimension,)).items():
-            has = stats.count[dimension] > 0
-            means = stats.sum[dimension][has] / stats.count[dimension][has]
-            result[node] = (np.asarray(stats.stamps)[has].tolist(), means.tolist())
-        return result
-    for node, snapshots in _snapshots(system).items():
-        stamps, totals = [], []
-        for stamp, records in snapshots:
-            values = [float(r["Value"]) for r in records if r["Dimension"] == dimension]
-            if values:
-                stamps.append(stamp)
-                totals.append(sum(values) / len(values))
-        result[node] = (stamps, totals)
+    for node, stats in system.per_snapshot((dimension,)).items():
+        has = stats.count[dimension] > 0
+        means = stats.sum[dimension][has] / stats.count[dimension][has]
+        result[node] = (np.asarray(stats.stamps)[has].tolist(), means.tolist())
     return result
-
-
-def _names(system: Sequence[Record], dimension: str) -> dict[str, set[str]]:
-    """node -> the names (cores, GPUs) with records of `dimension`."""
-    if isinstance(system, SystemColumns):
-        return system.names(dimension)
-    names: dict[str, set[str]] = defaultdict(set)
-    for record in system:
-        if record.get("Dimension") == dimension:
-            names[str(record["NodeId"])].add(str(record["Name"]))
-    return names
-
-
-def _time_range(system: Sequence[Record]) -> tuple[float, float] | None:
-    """The first and the last timestamp of the system records (None without any)."""
-    if isinstance(system, SystemColumns):
-        return system.time_range()
-    stamps = [float(r["Timestamp"]) for r in system]
-    return (min(stamps), max(stamps)) if stamps else None
-
-
-def _values(system: Sequence[Record]) -> dict[tuple[str, str], Any]:
-    """(node, dimension) -> an array of every value, sorted by key."""
-    if isinstance(system, SystemColumns):
-        return system.values()
-    grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for record in system:
-        grouped[(str(record["NodeId"]), str(record["Dimension"]))].append(float(record["Value"]))
-    return {key: np.array(values) for key, values in sorted(grouped.items())}
-
-
-def _step_groups(
-    steps: Sequence[Record], key: Callable[[Record], Any], keep: Callable[[Record], bool]
-) -> dict[Any, StepArrays]:
-    """The steps `keep` accepts, grouped by `key`, each group sorted by start time (stable).
-
-    `key` and `keep` may read only the labels: rank, node, phase, epoch.
-    """
-    return group_steps(steps, key, keep)
-
-
-def _starts(steps: Sequence[Record]) -> Any:
-    """Every step's start time, as an array."""
-    if isinstance(steps, StepColumns):
-        return steps.starts()
-    return np.array([float(s["start"]) for s in steps], dtype=float)
 
 
 def _params(values: Mapping[str, Any]) -> dict[str, str]:
@@ -381,7 +280,7 @@ def _too_few(what: str, n: int) -> str:
 
 def low_gpu_utilization(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
     result = RuleEvaluation("LowGPUUtilization", STATUS_OK, parameters=_params(p))
-    series = _series(data.system, "GPUUtilization")
+    series = data.system.series("GPUUtilization")
     if not series:
         return result.not_applicable(NO_GPU)
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
@@ -443,9 +342,9 @@ def _bottleneck(
 ) -> RuleEvaluation:
     """CPUBottleneck and IOBottleneck: the share of snapshots with a starved GPU and a busy host."""
     result = RuleEvaluation(name, STATUS_OK, parameters=_params(p))
-    if not _has(data.system, "GPUUtilization"):
+    if not data.system.has("GPUUtilization"):
         return result.not_applicable(NO_GPU)
-    if not _has(data.system, dimension):
+    if not data.system.has(dimension):
         return result.not_applicable(f"no {dimension} samples on this host")
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     evidence: list[dict[str, Any]] = []
@@ -514,13 +413,13 @@ def io_bottleneck(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
 
 def batch_size(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
     result = RuleEvaluation("BatchSize", STATUS_OK, parameters=_params(p))
-    gpu_util = _series(data.system, "GPUUtilization")
+    gpu_util = data.system.series("GPUUtilization")
     if not gpu_util:
         return result.not_applicable(NO_GPU)
-    gpu_memory = _series(data.system, "GPUMemoryUtilization")
+    gpu_memory = data.system.series("GPUMemoryUtilization")
     if not gpu_memory:
         return result.not_applicable("no GPU memory samples on this run (nvidia-smi or NVML did not report them)")
-    if not _has(data.system, "CPUUtilization"):
+    if not data.system.has("CPUUtilization"):
         return result.not_applicable("no CPUUtilization samples on this host")
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     found: list[dict[str, Any]] = []
@@ -586,7 +485,7 @@ def batch_size(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
 
 def gpu_memory_increase(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     result = RuleEvaluation("GPUMemoryIncrease", STATUS_OK, parameters=_params(p))
-    series = _series(data.system, "GPUMemoryUtilization")
+    series = data.system.series("GPUMemoryUtilization")
     if not series:
         return result.not_applicable(NO_GPU)
     found: list[dict[str, Any]] = []
@@ -653,7 +552,7 @@ def _js_distance(first: Any, second: Any) -> float:
 
 def load_balancing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
     result = RuleEvaluation("LoadBalancing", STATUS_OK, parameters=_params(p))
-    series = _series(data.system, "GPUUtilization")
+    series = data.system.series("GPUUtilization")
     if not series:
         return result.not_applicable(NO_GPU)
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
@@ -716,8 +615,7 @@ def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     result = RuleEvaluation("StepOutlier", STATUS_OK, parameters=_params(p))
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     mode = p.get("mode")
-    grouped = _step_groups(
-        data.steps,
+    grouped = data.steps.groups(
         lambda s: (str(s.get("node", "")), str(s.get("phase", "TRAIN"))),
         lambda s: mode in (None, "None", "") or s.get("phase") == mode,
     )
@@ -779,7 +677,7 @@ def step_outlier(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
 
 def data_stall(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     result = RuleEvaluation("DataStall", STATUS_OK, parameters=_params(p))
-    by_rank = _step_groups(data.steps, lambda s: int(s.get("rank", 0)), lambda s: s.get("phase", "TRAIN") == "TRAIN")
+    by_rank = data.steps.groups(lambda s: int(s.get("rank", 0)), lambda s: s.get("phase", "TRAIN") == "TRAIN")
     if not by_rank:
         return result.not_applicable("no training steps recorded")
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
@@ -884,11 +782,12 @@ def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
     """
     result = RuleEvaluation("LossNotDecreasing", STATUS_OK, parameters=_params(p))
     mode = p.get("mode") or "TRAIN"
+    # Per step number, every rank's loss, in file order: a float sum depends on its order.
     per_step: dict[int, list[float]] = defaultdict(list)
-    for step in data.steps:
-        loss = step.get("loss")
-        if step.get("phase", "TRAIN") == mode and loss is not None:
-            per_step[int(step["step"])].append(float(loss))
+    for chosen in data.steps.groups(lambda s: mode, lambda s: s.get("phase", "TRAIN") == mode, by_start=False).values():
+        has = chosen.column("has_loss")
+        for step, loss in zip(chosen.column("step")[has].tolist(), chosen.column("loss")[has].tolist(), strict=True):
+            per_step[int(step)].append(loss)
     if not per_step:
         return result.not_applicable(f"no {mode} losses recorded")
     steps = sorted(per_step)
@@ -975,14 +874,14 @@ def loss_not_decreasing(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluati
 
 def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # noqa: PLR0912
     result = RuleEvaluation("Dataloader", STATUS_OK, parameters=_params(p))
-    workers = _series(data.system, "DataLoaderWorkers")
+    workers = data.system.series("DataLoaderWorkers")
     if not workers:
         return result.not_applicable("no data-loader process counts recorded (psutil not available)")
-    cores_by_node = _names(data.system, "CPUUtilization")
-    worker_cpu = _series(data.system, "DataLoaderWorkersCPUUtilization")
+    cores_by_node = data.system.names("CPUUtilization")
+    worker_cpu = data.system.series("DataLoaderWorkersCPUUtilization")
     trainers = {
         node: dict(zip(t.tolist(), v.tolist(), strict=True))
-        for (node, _), (t, v) in _series(data.system, "TrainingProcesses").items()
+        for (node, _), (t, v) in data.system.series("TrainingProcesses").items()
     }
     interval = float(p.get("scan_interval_s", SCAN_INTERVAL_SECONDS))
     found: list[dict[str, Any]] = []
@@ -1057,12 +956,12 @@ def dataloader(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:  # no
 
 def max_initialization_time(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluation:
     result = RuleEvaluation("MaxInitializationTime", STATUS_OK, parameters=_params(p))
-    span = _time_range(data.system)
+    span = data.system.time_range()
     first = data.started_at if data.started_at is not None else (span[0] if span else None)
     if first is None:
         return result.not_applicable("no timeline: neither a start time nor system samples")
     last = data.now if data.now is not None else (span[1] if span else first)
-    starts = _starts(data.steps)
+    starts = data.steps.column("start")
     limit = float(p["threshold"]) * 60
     first_step = float(starts.min()) if len(starts) else None
     waited = (first_step if first_step is not None else last) - first
@@ -1088,7 +987,7 @@ def overall_system_usage(data: ProfileData, p: Mapping[str, Any]) -> RuleEvaluat
     if not data.system:
         return result.not_applicable("no system samples recorded")
     usage: dict[str, dict[str, Any]] = defaultdict(dict)
-    for (node, dimension), array in _values(data.system).items():
+    for (node, dimension), array in data.system.values().items():
         usage[node][dimension] = {
             "p50": _q(array, 0.5),
             "p95": _q(array, 0.95),

@@ -202,11 +202,7 @@ class Profiler:
         `rules.json` and `report.html` are rewritten too, so a running job's are current.
         """
         with self._evaluating:
-            if self._store is None:
-                self._store = store.ProfileStore(self.profile_dir)
-            self._store.refresh()
-            data = self._profile(self._store)
-            results = rules.evaluate(data, self.overrides)
+            data, results = self._judge()
             self.last_results = results
             report.write_outputs(self.output_dir, data, results, metrics=self._metrics())
         for result in results:
@@ -228,14 +224,20 @@ class Profiler:
             return None
         return document
 
-    def _profile(self, held: store.ProfileStore) -> rules.ProfileData:
-        return rules.ProfileData(
-            system=held.system,
-            steps=held.steps,
+    def _judge(self) -> tuple[rules.ProfileData, list[rules.RuleEvaluation]]:
+        """The rules on what this host's files hold now; only the lines appended since the
+        previous call are read. The caller holds `_evaluating`."""
+        if self._store is None:
+            self._store = store.ProfileStore(self.profile_dir)
+        self._store.refresh()
+        data = rules.ProfileData(
+            system=self._store.system,
+            steps=self._store.steps,
             started_at=self.started_at,
             now=time.time(),
             loader=dict(self.loader),
         )
+        return data, rules.evaluate(data, self.overrides)
 
     def close(self, timeout: float | None = CLOSE_TIMEOUT_SECONDS) -> None:
         """Stops the rule thread (an evaluation in progress may finish, for up to `timeout`
@@ -261,18 +263,10 @@ class Profiler:
         if self.rank != 0:
             return None
         with self._evaluating:
-            if self._store is None:
-                self._store = store.ProfileStore(self.profile_dir)
-            held = self._store
-            held.refresh()  # what was appended since the last evaluation, and other hosts' files
-            data = self._profile(held)
-            results = rules.evaluate(data, self.overrides)
-        if self.stopped_by is not None:
-            for result in results:
-                if result.name == self.stopped_by:
-                    result.evidence["stopped_training"] = True
-                    note = "this rule stopped the training (--stop-on-rule)"
-                    result.detail = f"{result.detail}; {note}" if result.detail else note
+            data, results = self._judge()  # with what was appended since, and other hosts' files
+        for result in results:
+            if result.name == self.stopped_by:
+                result.stopped_training()
         self.last_results = results
         _, page = report.write_outputs(self.output_dir, data, results, job_name=job_name, metrics=metrics)
         return page

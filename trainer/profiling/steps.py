@@ -17,8 +17,6 @@ import math
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainer.profiling.jsonl import read_jsonl
-
 StepRecord = dict[str, Any]
 PHASES = ("TRAIN", "EVAL")
 
@@ -74,11 +72,3 @@ class StepTimeline:
         if self._file is not None:
             self._file.close()
             self._file = None
-
-
-def read_steps(profile_dir: Path) -> list[StepRecord]:
-    """Every rank's steps found under `profile_dir` (a half-written last line is skipped)."""
-    records: list[StepRecord] = []
-    for path in sorted((profile_dir / "steps").glob("rank*.jsonl")):
-        records.extend(read_jsonl(path))
-    return records

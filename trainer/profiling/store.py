@@ -1,32 +1,29 @@
-"""The profile held compactly and read incrementally: what rank 0's online rule evaluation keeps.
+"""The profile as the rules and the report read it: columns, read as the files grow.
 
-`ProfileStore(profile_dir).refresh()` parses only what was appended to `profile/system/*.jsonl`
-and `profile/steps/rank*.jsonl` since its previous call (`jsonl.JsonlTail`: remembered offsets;
-a line still being written waits for the next call) and appends it to columns. No record is
-kept as a dict:
+`ProfileStore(profile_dir, ...).refresh()` parses only what was appended to each folder's
+`system/*.jsonl` and `steps/rank*.jsonl` since its previous call (`jsonl.JsonlTail`: remembered
+offsets; a line still being written waits for the next call) and appends it to columns. No
+record is kept as a dict:
 
-- **system samples**, per file: one float64 timestamp per snapshot (the records of one sample
-  share it), and per series (node, type, name, dimension) its values as integers of 1/1000
-  (the sampler rounds to 3 decimals): int32 while they fit and give every value back exactly,
-  else int64, else float64. A series present in every snapshot (all of them, as the sampler
-  writes) stores no row numbers; one with gaps stores an int32 row per value.
-- **steps**, per rank file: `step` and `start`, `duration`, `data_wait`, `compute`,
-  `communication` as integers of 1/10**6 (the writer rounds to 6 decimals; same promotion),
-  `loss` as float32 while exact (a float32 tensor's `.item()`) else float64, and run-length
-  encoded `rank`, `node`, `phase`, `epoch` (they change at epoch and phase boundaries only).
-  A step line without `step`, `start` or `duration` is skipped; a missing `data_wait`,
-  `compute` or `communication` reads 0 (the trainer always writes all three).
+- **system samples**, per file: one float64 timestamp per snapshot row (the records of one sample
+  share it), and per series (node, type, name, dimension) its values. A series present in every
+  row (as the sampler writes) stores no row numbers; one with gaps stores an int32 row per value.
+- **steps**, per rank file: `step`, `start`, `duration`, `data_wait`, `compute`,
+  `communication` and `loss` as numbers, and run-length encoded `rank`, `node`, `phase`,
+  `epoch` and whether the step has a loss (they change at epoch and phase boundaries only). A
+  step line without `step`, `start` or `duration` is skipped; a missing `data_wait`, `compute`
+  or `communication` reads 0 (the trainer always writes all three).
 
-The bound: 4 bytes per sampled percentage, 8 per byte-rate value, 8 per snapshot, about 32
-per step, plus at most a quarter more for the arrays' spare capacity. A host with 96 cores and 8
-GPUs sampled every 500 ms (121 records a snapshot) and 8 ranks at 4 steps a second hold about
-8 MB per hour of job; the dicts `read_jsonl` returns hold about 940 bytes per record
-(`benchmarks/bench_profiler.py` measures both).
+Numbers take 4 bytes while that gives every value back exactly, else 8 (`Numbers`): the sampler
+rounds to 3 decimals and the step writer to 6, so those are int32 counts of 1/1000 (1/10**6) while
+they fit; a loss (a float32 tensor's `.item()`) is a float32. So: 4 bytes per sampled percentage,
+8 per byte-rate value, 8 per snapshot, about 32 per step, plus at most a quarter more for the
+arrays' spare capacity. A host with 96 cores and 8 GPUs sampled every 500 ms (121 records a
+snapshot) and 8 ranks at 4 steps a second hold about 8 MB per hour of job, where one dict per
+record would hold about 940 bytes each (`benchmarks/bench_profiler.py` measures both).
 
-`SystemColumns` and `StepColumns` are sequences of records too (dicts made on the fly, and for
-steps `StepView`, a read-only mapping onto one row), so any code that iterates a profile reads
-them unchanged; the rules and the report use their column methods (`series`, `snapshots`, ...),
-which give the very numbers the dicts would, without making one object per record.
+The rules and the report read the columns through the methods below (`series`, `per_snapshot`,
+`groups`, ...), which give the numbers the records hold without making one object per record.
 """
 
 from __future__ import annotations
@@ -36,18 +33,20 @@ import itertools
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, TypeVar
 
 import numpy as np
 
 from trainer.profiling.jsonl import JsonlTail
 
-Record = dict[str, Any]
 SeriesKey = tuple[str, Any, str, str]  # (node, type, name, dimension)
+Labels = Mapping[str, Any]  # a step's rank, node, phase and epoch, those it has
 SYSTEM_DECIMALS, STEP_DECIMALS = 3, 6
+# Records of one node less than this apart (from a snapshot's first) are one snapshot, as
+# Debugger's rules group them: a sample's records may be stamped a few ms apart.
+SNAPSHOT_WINDOW_SECONDS = 0.02
 _MIN_CAPACITY = 64
-_INT32_LIMIT, _EXACT_LIMIT = 2**31, 2**53
-ABSENT: Any = object()  # a key the record did not have
+_ABSENT: Any = object()  # a label the step line did not have
 
 
 class _Array:
@@ -71,90 +70,51 @@ class _Array:
     def view(self) -> np.ndarray[Any, Any]:
         return self.data[: self.size]
 
-    def replace(self, values: np.ndarray[Any, Any]) -> None:
-        self.data, self.size = values, len(values)
-
     @property
     def nbytes(self) -> int:
         return int(self.data.nbytes)
 
 
-class Decimals:
-    """Numbers written with at most `decimals` decimals, held as integers of 10**-decimals.
+class Numbers:
+    """A column of floats: 4 bytes a value while that gives every value back exactly, else float64.
 
-    int32 while every value fits and comes back exactly (`k / 10**decimals` is the float the
-    writer rounded to), then int64, then float64 for values that do not (never rounded, or too
-    large to be exact): nothing is ever changed by the storage.
+    The 4-byte form is int32 counts of 10**-decimals (numbers the writer rounded to `decimals`),
+    or float32 when `decimals` is None. The first value it cannot give back exactly (never
+    rounded, too large, NaN for int32) turns the column to float64: the storage changes nothing.
     """
 
     __slots__ = ("_array", "_scale")
 
-    def __init__(self, decimals: int) -> None:
-        self._scale = float(10**decimals)
-        self._array = _Array(np.int32)
+    def __init__(self, decimals: int | None) -> None:
+        self._scale = None if decimals is None else float(10**decimals)
+        self._array = _Array(np.float32 if decimals is None else np.int32)
 
-    def __len__(self) -> int:
-        return self._array.size
-
-    @property
-    def integral(self) -> bool:
-        return bool(self._array.data.dtype != np.float64)
+    def _widen(self, raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        if self._scale is None or raw.dtype == np.float64:
+            return raw.astype(np.float64)
+        return raw / self._scale  # correctly rounded, as the writer's round(): the float it wrote
 
     def extend(self, values: Sequence[float]) -> None:
         new = np.asarray(values, dtype=np.float64)
-        if self.integral and len(new):
-            with np.errstate(all="ignore"):
-                scaled = np.rint(new * self._scale)
-                exact = bool(np.all(np.abs(scaled) < _EXACT_LIMIT) and np.all(scaled / self._scale == new))
-            if exact:
-                if self._array.data.dtype == np.int32 and np.abs(scaled).max() >= _INT32_LIMIT:
-                    self._array.replace(self._array.view().astype(np.int64))
-                self._array.extend(scaled.astype(self._array.data.dtype))
+        if self._array.data.dtype != np.float64:
+            with np.errstate(all="ignore"):  # a value out of range casts to garbage, caught below
+                narrow = new.astype(np.float32) if self._scale is None else np.rint(new * self._scale).astype(np.int32)
+            if np.array_equal(self._widen(narrow), new, equal_nan=True):
+                self._array.extend(narrow)
                 return
-            self._array.replace(self.floats())
+            widened = self.floats()
+            self._array = _Array(np.float64)
+            self._array.extend(widened)
         self._array.extend(new)
 
     def floats(self, first: int = 0, end: int | None = None) -> np.ndarray[Any, Any]:
         """The values (of rows `first`..`end`), as the writer wrote them: a new float64 array."""
-        raw = self._array.view()[first:end]
-        return raw / self._scale if self.integral else raw.astype(np.float64)
-
-    def value(self, index: int) -> float:
-        raw = self._array.data[index]
-        # int / float in Python is correctly rounded, as numpy's division above: the same float.
-        return int(raw) / self._scale if self.integral else float(raw)
+        return self._widen(self._array.view()[first:end])
 
     def whole(self, index: int) -> int | float:
-        """One value of a column of whole numbers: an int, unless some value was not whole."""
+        """One value of a column of whole numbers: an int, unless some value was not one."""
         raw = self._array.data[index]
-        return int(raw) if self.integral and self._scale == 1.0 else self.value(index)
-
-    @property
-    def nbytes(self) -> int:
-        return self._array.nbytes
-
-
-class Floats:
-    """Floats (NaN for none), held as float32 while every value is exactly a float32, else float64."""
-
-    __slots__ = ("_array",)
-
-    def __init__(self) -> None:
-        self._array = _Array(np.float32)
-
-    def extend(self, values: Sequence[float]) -> None:
-        new = np.asarray(values, dtype=np.float64)
-        if self._array.data.dtype == np.float32:
-            with np.errstate(all="ignore"):
-                small = new.astype(np.float32)
-            if np.array_equal(small.astype(np.float64), new, equal_nan=True):
-                self._array.extend(small)
-                return
-            self._array.replace(self._array.view().astype(np.float64))
-        self._array.extend(new)
-
-    def value(self, index: int) -> float:
-        return float(self._array.data[index])
+        return int(raw) if self._scale == 1.0 and raw.dtype == np.int32 else float(self._widen(raw))
 
     @property
     def nbytes(self) -> int:
@@ -181,6 +141,10 @@ class Runs:
     def value(self, index: int) -> Any:
         return self.values[bisect.bisect_right(self.starts, index) - 1]
 
+    def flags(self, first: int, end: int) -> np.ndarray[Any, Any]:
+        """Rows `first`..`end` of a column of True and False, as booleans."""
+        return np.repeat(np.array(self.values, dtype=bool), np.diff([*self.starts, self.size]))[first:end]
+
     @property
     def nbytes(self) -> int:
         return 16 * len(self.starts) + 112
@@ -199,7 +163,7 @@ class Series:
         self.first = -1
         self.count = 0
         self.rows: _Array | None = None  # None: the rows first, first + 1, ..., first + count - 1
-        self.values = Decimals(SYSTEM_DECIMALS)
+        self.values = Numbers(SYSTEM_DECIMALS)
 
     def extend(self, rows: list[int], values: list[float]) -> None:
         if self.rows is None:
@@ -225,14 +189,6 @@ class Series:
         """The timestamp of each value (a view of the table's, while the rows are implicit)."""
         stamps: np.ndarray[Any, Any] = table.stamps.view()
         return stamps[self.first : self.first + self.count] if self.rows is None else stamps[self.rows.view()]
-
-    def positions(self, row: int) -> range:
-        """Which of this series' values sit in snapshot row `row`."""
-        if self.rows is None:
-            index = row - self.first
-            return range(index, index + 1) if 0 <= index < self.count else range(0)
-        rows = self.rows.view()
-        return range(int(np.searchsorted(rows, row, "left")), int(np.searchsorted(rows, row, "right")))
 
     @property
     def nbytes(self) -> int:
@@ -283,81 +239,26 @@ class SystemTable:
             series.extend(rows, values)
             self.records += len(rows)
 
-    def iter_records(self, rows: Iterable[int] | None = None, node: str | None = None) -> Iterator[Record]:
-        """Records as dicts in file order (snapshot by snapshot), of one node if given."""
-        chosen = [s for s in self.series.values() if node is None or s.key[0] == node]
-        stamps = self.stamps.view()
-        for row in range(self.stamps.size) if rows is None else rows:
-            stamp = float(stamps[row])
-            for series in chosen:
-                for index in series.positions(row):
-                    node_id, kind, name, dimension = series.key
-                    yield {
-                        "Type": kind,
-                        "Name": name,
-                        "Dimension": dimension,
-                        "Value": series.values.value(index),
-                        "NodeId": node_id,
-                        "Timestamp": stamp,
-                    }
-
     @property
     def nbytes(self) -> int:
         return self.stamps.nbytes + sum(series.nbytes for series in self.series.values())
 
 
-class SnapshotRecords(Sequence[Record]):
-    """The records of one snapshot, made when iterated (a snapshot is one or a few table rows)."""
-
-    __slots__ = ("_node", "_rows")
-
-    def __init__(self, node: str, rows: list[tuple[SystemTable, int]]) -> None:
-        self._node, self._rows = node, rows
-
-    def __iter__(self) -> Iterator[Record]:
-        for table, row in self._rows:
-            yield from table.iter_records((row,), self._node)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    @overload
-    def __getitem__(self, index: int) -> Record: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Record]: ...
-    def __getitem__(self, index: int | slice) -> Record | list[Record]:
-        return list(self)[index]
-
-
-class SystemColumns(Sequence[Record]):
-    """Every host's system records, file by file (in file-name order, as `read_system` reads)."""
+class SystemColumns:
+    """Every host's system records, file by file (in the order `ProfileStore` reads them)."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, SystemTable] = {}
-
-    def _ordered(self) -> list[SystemTable]:
-        return [self.tables[name] for name in sorted(self.tables)]
+        self.tables: dict[Path, SystemTable] = {}
 
     def __len__(self) -> int:
         return sum(table.records for table in self.tables.values())
-
-    def __iter__(self) -> Iterator[Record]:
-        for table in self._ordered():
-            yield from table.iter_records()
-
-    @overload
-    def __getitem__(self, index: int) -> Record: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Record]: ...
-    def __getitem__(self, index: int | slice) -> Record | list[Record]:
-        return list(self)[index]  # for completeness: nothing here reads records by position
 
     @property
     def nbytes(self) -> int:
         return sum(table.nbytes for table in self.tables.values())
 
     def _of(self, dimension: str | None = None) -> Iterator[tuple[SystemTable, Series]]:
-        for table in self._ordered():
+        for table in self.tables.values():
             for series in table.series.values():
                 if series.count and (dimension is None or series.key[3] == dimension):
                     yield table, series
@@ -366,7 +267,7 @@ class SystemColumns(Sequence[Record]):
         return any(True for _ in self._of(dimension))
 
     def series(self, dimension: str) -> dict[tuple[str, str], tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]:
-        """(node, name) -> (timestamps, values), sorted by time then value: as `rules._series`."""
+        """(node, name) -> (timestamps, values) of one dimension, sorted by key, then by time and value."""
         parts: dict[tuple[str, str], list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]]] = defaultdict(list)
         for table, series in self._of(dimension):
             parts[(series.key[0], series.key[2])].append((series.stamps(table), series.values.floats()))
@@ -404,10 +305,11 @@ class SystemColumns(Sequence[Record]):
         return dict(names)
 
     def nodes(self) -> set[str]:
+        """The hosts that have system records."""
         return {series.key[0] for _, series in self._of()}
 
     def time_range(self) -> tuple[float, float] | None:
-        """The first and last timestamp of any record."""
+        """The first and last timestamp of any record (None without any)."""
         ranges = []
         for table in self.tables.values():
             if table.records:
@@ -417,52 +319,15 @@ class SystemColumns(Sequence[Record]):
             return None
         return min(r[0] for r in ranges), max(r[1] for r in ranges)
 
-    def snapshots(self) -> dict[str, list[tuple[float, Sequence[Mapping[str, Any]]]]]:
-        """Per node: its records in snapshots, grouped exactly as `rules._snapshots` groups them
-        (sorted by time, a gap of more than `window` seconds from a snapshot's first record
-        starts the next); each snapshot's records are made only when it is iterated."""
-        from trainer.profiling.rules import SNAPSHOT_WINDOW_SECONDS  # noqa: PLC0415 - rules imports us
-
-        result: dict[str, list[tuple[float, Sequence[Mapping[str, Any]]]]] = {}
-        for node in sorted(self.nodes()):
-            tables = [t for t in self._ordered() if any(s.key[0] == node and s.count for s in t.series.values())]
-            stamps_parts, row_parts, table_parts = [], [], []
-            for index, table in enumerate(tables):
-                mask = np.zeros(table.stamps.size, dtype=bool)
-                for series in table.series.values():
-                    if series.key[0] == node:
-                        mask[series.row_numbers()] = True
-                rows = np.flatnonzero(mask)
-                stamps_parts.append(table.stamps.view()[rows])
-                row_parts.append(rows)
-                table_parts.append(np.full(len(rows), index))
-            stamps = np.concatenate(stamps_parts)
-            order = np.argsort(stamps, kind="stable")
-            rows_all, tables_all = np.concatenate(row_parts)[order], np.concatenate(table_parts)[order]
-            groups: list[tuple[float, Sequence[Mapping[str, Any]]]] = []
-            members: list[tuple[SystemTable, int]] = []
-            first = 0.0
-            for stamp, row, table_index in zip(
-                stamps[order].tolist(), rows_all.tolist(), tables_all.tolist(), strict=True
-            ):
-                if members and stamp - first <= SNAPSHOT_WINDOW_SECONDS:
-                    members.append((tables[table_index], row))
-                    continue
-                if members:
-                    groups.append((first, SnapshotRecords(node, members)))
-                first, members = stamp, [(tables[table_index], row)]
-            if members:
-                groups.append((first, SnapshotRecords(node, members)))
-            result[node] = groups
-        return result
-
     def per_snapshot(self, dimensions: Sequence[str]) -> dict[str, SnapshotStats]:
-        """Per node, per snapshot (grouped as `snapshots`): min, max, sum and count of each dimension."""
-        from trainer.profiling.rules import SNAPSHOT_WINDOW_SECONDS  # noqa: PLC0415 - rules imports us
+        """Per node (sorted), per snapshot: min, max, sum and count of each dimension's values.
 
+        A node's records, in time order, fall into snapshots: a record more than
+        `SNAPSHOT_WINDOW_SECONDS` after the current snapshot's first record starts the next.
+        """
         result: dict[str, SnapshotStats] = {}
         for node in sorted(self.nodes()):
-            tables = [t for t in self._ordered() if any(s.key[0] == node and s.count for s in t.series.values())]
+            tables = [t for t in self.tables.values() if any(s.key[0] == node and s.count for s in t.series.values())]
             # Every (table, row) of this node, in time order: the snapshot each one falls in.
             offsets, stamps_parts, row_parts = [], [], []
             total = 0
@@ -530,10 +395,8 @@ class SnapshotStats:
 
 # --- steps -------------------------------------------------------------------------------------
 
-STEP_NUMBERS = ("start", "duration", "data_wait", "compute", "communication")
+STEP_TIMES = ("start", "duration", "data_wait", "compute", "communication")
 STEP_LABELS = ("rank", "node", "phase", "epoch")
-STEP_KEYS = ("rank", "node", "phase", "epoch", "step", *STEP_NUMBERS, "loss")
-_NO_LOSS, _NULL_LOSS, _LOSS = 0, 1, 2
 
 
 class StepTable:
@@ -541,18 +404,16 @@ class StepTable:
 
     def __init__(self) -> None:
         self.labels = {name: Runs() for name in STEP_LABELS}
-        self.step = Decimals(0)
-        self.numbers = {name: Decimals(STEP_DECIMALS) for name in STEP_NUMBERS}
-        self.loss = Floats()
-        self.loss_state = Runs()
+        self.numbers = {"step": Numbers(0), **{name: Numbers(STEP_DECIMALS) for name in STEP_TIMES}}
+        self.numbers["loss"] = Numbers(None)
+        self.has_loss = Runs()
         self.size = 0
         self.skipped = 0
 
     def add(self, records: Iterable[Mapping[str, Any]]) -> None:
         labels: dict[str, list[Any]] = {name: [] for name in STEP_LABELS}
-        numbers: dict[str, list[float]] = {name: [] for name in ("step", *STEP_NUMBERS)}
-        losses: list[float] = []
-        states: list[int] = []
+        numbers: dict[str, list[float]] = {name: [] for name in self.numbers}
+        has_loss: list[bool] = []
         for record in records:
             try:
                 row = {"step": float(record["step"]), "start": float(record["start"])}
@@ -562,77 +423,62 @@ class StepTable:
             except (KeyError, TypeError, ValueError):
                 self.skipped += 1
                 continue
+            loss = record.get("loss")  # null (a non-finite loss) or absent: none
+            row["loss"] = float("nan") if loss is None else float(loss)
             for name, value in row.items():
                 numbers[name].append(value)
             for name in STEP_LABELS:
-                labels[name].append(record.get(name, ABSENT))
-            loss = record.get("loss", ABSENT)
-            if loss is ABSENT or loss is None:
-                states.append(_NO_LOSS if loss is ABSENT else _NULL_LOSS)
-                losses.append(float("nan"))
-            else:
-                states.append(_LOSS)
-                losses.append(float(loss))
+                labels[name].append(record.get(name, _ABSENT))
+            has_loss.append(loss is not None)
         for name, values in labels.items():
             self.labels[name].extend(values)
-        self.step.extend(numbers.pop("step"))
         for name, column in self.numbers.items():
             column.extend(numbers[name])
-        self.loss.extend(losses)
-        self.loss_state.extend(states)
-        self.size += len(states)
+        self.has_loss.extend(has_loss)
+        self.size += len(has_loss)
 
-    def get(self, row: int, key: str) -> Any:
-        """One field of one step, as the JSON line had it; ABSENT if it had none."""
-        if key in self.numbers:
-            return self.numbers[key].value(row)
-        if key in self.labels:
-            return self.labels[key].value(row)
-        if key == "step":
-            return self.step.whole(row)
-        if key == "loss":
-            state = self.loss_state.value(row)
-            return ABSENT if state == _NO_LOSS else None if state == _NULL_LOSS else self.loss.value(row)
-        return ABSENT
+    def column(self, name: str, first: int = 0, end: int | None = None) -> np.ndarray[Any, Any]:
+        """Rows `first`..`end` of a number column, or of `has_loss` (booleans)."""
+        if name == "has_loss":
+            return self.has_loss.flags(first, self.size if end is None else end)
+        return self.numbers[name].floats(first, end)
 
-    def segments(self) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    def segments(self) -> Iterator[tuple[int, int, Labels]]:
         """(first row, end row, labels) of each stretch of rows whose labels are all the same;
-        `labels` holds those the records had, as `record.get` would find them."""
+        `labels` holds those the lines had, as `record.get` would find them."""
         bounds = sorted({0, *(start for column in self.labels.values() for start in column.starts)})
         for first, end in zip(bounds, [*bounds[1:], self.size], strict=True):
             if first < end:
                 labels = {name: column.value(first) for name, column in self.labels.items()}
-                yield first, end, {name: value for name, value in labels.items() if value is not ABSENT}
+                yield first, end, {name: value for name, value in labels.items() if value is not _ABSENT}
 
     @property
     def nbytes(self) -> int:
-        columns: list[Any] = [*self.labels.values(), *self.numbers.values(), self.step, self.loss, self.loss_state]
+        columns: list[Any] = [*self.labels.values(), *self.numbers.values(), self.has_loss]
         return sum(column.nbytes for column in columns)
 
 
 class StepArrays:
-    """Steps of one group (a rank; a host and phase) as columns sorted by start time (stable, as
-    `list.sort`): what the step rules and the report read. A column is made when first read."""
+    """Steps of one group (a rank; a host and phase) as columns, sorted by start time (stable, as
+    `list.sort`) unless asked for file order: what the step rules and the report read. A column
+    is made when first read."""
 
     def __init__(
-        self, size: int, column: Callable[[str], np.ndarray[Any, Any]], label: Callable[[int, str], Any]
+        self,
+        size: int,
+        column: Callable[[str], np.ndarray[Any, Any]],
+        label: Callable[[int, str], Any],
+        *,
+        by_start: bool = True,
     ) -> None:
         self._size = size
-        self._column = column  # a number column of the group, in record order
-        self._label = label  # (position in record order, key) -> the record's value; None if none
-        self._order = np.argsort(column("start"), kind="stable")
+        self._column = column  # a column of the group, in file order
+        self._label = label  # (position in file order, key) -> the line's value, or _ABSENT
+        self._order = np.argsort(column("start"), kind="stable") if by_start else np.arange(size)
         self._sorted: dict[str, np.ndarray[Any, Any]] = {}
 
-    @classmethod
-    def from_records(cls, records: Sequence[Mapping[str, Any]]) -> StepArrays:
-        def column(name: str) -> np.ndarray[Any, Any]:
-            if name in ("start", "duration"):
-                return np.array([float(r[name]) for r in records], dtype=np.float64)
-            return np.array([float(r.get(name, 0.0)) for r in records], dtype=np.float64)
-
-        return cls(len(records), column, lambda position, key: records[position].get(key))
-
-    def _numbers(self, name: str) -> np.ndarray[Any, Any]:
+    def column(self, name: str) -> np.ndarray[Any, Any]:
+        """`step`, `loss` (NaN where `has_loss` is False), `has_loss`, or one of the step times."""
         values = self._sorted.get(name)
         if values is None:
             values = self._sorted[name] = self._column(name)[self._order]
@@ -640,221 +486,127 @@ class StepArrays:
 
     @property
     def start(self) -> np.ndarray[Any, Any]:
-        return self._numbers("start")
+        return self.column("start")
 
     @property
     def duration(self) -> np.ndarray[Any, Any]:
-        return self._numbers("duration")
+        return self.column("duration")
 
     @property
     def data_wait(self) -> np.ndarray[Any, Any]:
-        return self._numbers("data_wait")
+        return self.column("data_wait")
 
     @property
     def compute(self) -> np.ndarray[Any, Any]:
-        return self._numbers("compute")
+        return self.column("compute")
 
     @property
     def communication(self) -> np.ndarray[Any, Any]:
-        return self._numbers("communication")
+        return self.column("communication")
 
     def __len__(self) -> int:
         return self._size
 
     def get(self, index: int, name: str, default: Any = None) -> Any:
-        """A label (rank, node, phase, epoch) or `step` of the `index`th step by start time, as
-        `record.get` gives it."""
+        """A label (rank, node, phase, epoch) or `step` of the `index`th step, as `record.get`
+        gives it."""
         value = self._label(int(self._order[index]), name)
-        return default if value is None or value is ABSENT else value
+        return default if value is None or value is _ABSENT else value
 
 
-class StepView(Mapping[str, Any]):
-    """One step, read from its table on access: what `read_steps` would give as a dict."""
-
-    __slots__ = ("_row", "_table")
-
-    def __init__(self, table: StepTable, row: int) -> None:
-        self._table, self._row = table, row
-
-    def __getitem__(self, key: str) -> Any:
-        value = self._table.get(self._row, key)
-        if value is ABSENT:
-            raise KeyError(key)
-        return value
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = self._table.get(self._row, key)
-        return default if value is ABSENT else value
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key in STEP_KEYS if self._table.get(self._row, key) is not ABSENT)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __repr__(self) -> str:
-        return f"StepView({dict(self)!r})"
-
-
-def _group(pieces: list[tuple[StepTable, int, int]]) -> StepArrays:
+def _group(pieces: list[tuple[StepTable, int, int]], by_start: bool) -> StepArrays:
     """The rows `first`..`end` of each table, one group in that order."""
     offsets = list(itertools.accumulate((end - first for _, first, end in pieces), initial=0))
 
     def column(name: str) -> np.ndarray[Any, Any]:
-        return np.concatenate([table.numbers[name].floats(first, end) for table, first, end in pieces])
+        return np.concatenate([table.column(name, first, end) for table, first, end in pieces])
 
     def label(position: int, key: str) -> Any:
         piece = bisect.bisect_right(offsets, position) - 1
         table, first, _ = pieces[piece]
         row = first + position - offsets[piece]
-        return table.step.whole(row) if key == "step" else table.labels[key].value(row)
+        return table.numbers["step"].whole(row) if key == "step" else table.labels[key].value(row)
 
-    return StepArrays(offsets[-1], column, label)
+    return StepArrays(offsets[-1], column, label, by_start=by_start)
 
 
-class StepColumns(Sequence[Mapping[str, Any]]):
-    """Every rank's steps, file by file (in file-name order, as `read_steps` reads)."""
+class StepColumns:
+    """Every rank's steps, file by file (in the order `ProfileStore` reads them)."""
 
     def __init__(self) -> None:
-        self.tables: dict[str, StepTable] = {}
-
-    def _ordered(self) -> list[StepTable]:
-        return [self.tables[name] for name in sorted(self.tables)]
+        self.tables: dict[Path, StepTable] = {}
 
     def __len__(self) -> int:
         return sum(table.size for table in self.tables.values())
-
-    def __iter__(self) -> Iterator[Mapping[str, Any]]:
-        for table in self._ordered():
-            for row in range(table.size):
-                yield StepView(table, row)
-
-    @overload
-    def __getitem__(self, index: int) -> Mapping[str, Any]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Mapping[str, Any]]: ...
-    def __getitem__(self, index: int | slice) -> Mapping[str, Any] | list[Mapping[str, Any]]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        position = index + len(self) if index < 0 else index
-        for table in self._ordered():
-            if 0 <= position < table.size:
-                return StepView(table, position)
-            position -= table.size
-        raise IndexError(index)
-
-    def groups(
-        self, key: Callable[[Mapping[str, Any]], Any], keep: Callable[[Mapping[str, Any]], bool]
-    ) -> dict[Any, StepArrays]:
-        """The steps `keep` accepts, grouped by `key`, each group sorted by start time.
-
-        `key` and `keep` see only the labels (rank, node, phase, epoch): they are called once per
-        stretch of rows that share them, not once per step.
-        """
-        parts: dict[Any, list[tuple[StepTable, int, int]]] = defaultdict(list)
-        for table in self._ordered():
-            for first, end, found in table.segments():
-                if keep(found):
-                    parts[key(found)].append((table, first, end))
-        return {name: _group(pieces) for name, pieces in parts.items()}
-
-    def starts(self) -> np.ndarray[Any, Any]:
-        """Every step's start time, in file order."""
-        arrays = [table.numbers["start"].floats() for table in self._ordered()]
-        return np.concatenate(arrays) if arrays else np.empty(0)
 
     @property
     def nbytes(self) -> int:
         return sum(table.nbytes for table in self.tables.values())
 
+    def groups(
+        self, key: Callable[[Labels], Any], keep: Callable[[Labels], bool], *, by_start: bool = True
+    ) -> dict[Any, StepArrays]:
+        """The steps `keep` accepts, grouped by `key`, each group sorted by start time (or in file
+        order). `key` and `keep` see only the labels a step line has (of rank, node, phase,
+        epoch): they are called once per stretch of rows that share them, not once per step."""
+        parts: dict[Any, list[tuple[StepTable, int, int]]] = defaultdict(list)
+        for table in self.tables.values():
+            for first, end, found in table.segments():
+                if keep(found):
+                    parts[key(found)].append((table, first, end))
+        return {name: _group(pieces, by_start) for name, pieces in parts.items()}
+
+    def column(self, name: str) -> np.ndarray[Any, Any]:
+        """One number column of every step, in file order."""
+        arrays = [table.column(name) for table in self.tables.values()]
+        return np.concatenate(arrays) if arrays else np.empty(0)
+
+    def ranks(self) -> set[int]:
+        """The ranks that recorded steps (a step without one is rank 0's, as the rules read it)."""
+        return {int(labels.get("rank", 0)) for table in self.tables.values() for _, _, labels in table.segments()}
+
 
 # --- the files ---------------------------------------------------------------------------------
 
+Table = TypeVar("Table", SystemTable, StepTable)
+
 
 class ProfileStore:
-    """`profile/` as read so far; `refresh()` reads what was appended since the previous call."""
+    """Profile folders (`profile/`, one per host where they are apart) as read so far;
+    `refresh()` reads what was appended since the previous call."""
 
-    def __init__(self, profile_dir: Path) -> None:
-        self.profile_dir = profile_dir
+    def __init__(self, *profile_dirs: Path) -> None:
+        self.profile_dirs = profile_dirs
         self.system = SystemColumns()
         self.steps = StepColumns()
         self._tails: dict[Path, JsonlTail] = {}
 
     def refresh(self) -> int:
         """Reads the new lines of every file; returns how many records it added."""
+        added = self._read("system", "*.jsonl", self.system.tables, SystemTable)
+        return added + self._read("steps", "rank*.jsonl", self.steps.tables, StepTable)
+
+    def _read(self, folder: str, pattern: str, tables: dict[Path, Table], make: Callable[[], Table]) -> int:
+        paths = [path for profile in self.profile_dirs for path in sorted((profile / folder).glob(pattern))]
+        held = dict(tables)
+        tables.clear()  # refilled in file order; a file gone is gone, as a full read would not see it
         added = 0
-        for folder, pattern, tables, make in (
-            ("system", "*.jsonl", self.system.tables, SystemTable),
-            ("steps", "rank*.jsonl", self.steps.tables, StepTable),
-        ):
-            paths = sorted((self.profile_dir / folder).glob(pattern))
-            for gone in set(tables) - {path.name for path in paths}:
-                del tables[gone]  # as a full read would no longer see it
-                self._tails.pop(self.profile_dir / folder / gone, None)
-            for path in paths:
-                tail = self._tails.get(path)
-                if tail is None:
-                    tail = self._tails[path] = JsonlTail(path)
-                if tail.poll() or path.name not in tables:
-                    tables[path.name] = make()  # type: ignore[assignment]
-                table: Any = tables[path.name]
-                for batch in tail.read():
-                    table.add(batch)
-                    added += len(batch)
+        for path in paths:
+            tail = self._tails.get(path)
+            if tail is None:
+                tail = self._tails[path] = JsonlTail(path)
+            table = held.get(path)
+            if tail.poll() or table is None:
+                table = make()  # a new file, or one replaced (rank 0 writes other hosts' whole)
+            tables[tail.path] = table  # keyed by the tail's own Path: no second one held per file
+            for batch in tail.read():
+                table.add(batch)
+                added += len(batch)
+        for gone in held.keys() - tables.keys():
+            self._tails.pop(gone, None)
         return added
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the columns (capacity included), a little less than the process holds."""
         return self.system.nbytes + self.steps.nbytes
-
-
-# --- for readers of either kind ----------------------------------------------------------------
-
-
-def group_steps(
-    steps: Sequence[Mapping[str, Any]],
-    key: Callable[[Mapping[str, Any]], Any],
-    keep: Callable[[Mapping[str, Any]], bool],
-) -> dict[Any, StepArrays]:
-    """Steps (dicts, or `StepColumns`) that `keep` accepts, grouped by `key`, each group sorted by
-    start time (stable). `key` and `keep` may read only the labels: rank, node, phase, epoch."""
-    if isinstance(steps, StepColumns):
-        return steps.groups(key, keep)
-    grouped: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
-    for step in steps:
-        if keep(step):
-            grouped[key(step)].append(step)
-    return {name: StepArrays.from_records(records) for name, records in grouped.items()}
-
-
-def nodes_of(system: Sequence[Mapping[str, Any]]) -> set[str]:
-    """The hosts that have system records."""
-    if isinstance(system, SystemColumns):
-        return system.nodes()
-    return {str(record["NodeId"]) for record in system}
-
-
-def points_of(system: Sequence[Mapping[str, Any]], dimension: str) -> dict[str, dict[str, tuple[Any, Any]]]:
-    """node -> name -> (timestamps, values) of one dimension, in the records' order."""
-    points: dict[str, dict[str, tuple[Any, Any]]] = defaultdict(dict)
-    if isinstance(system, SystemColumns):
-        for (node, name), pair in system.series(dimension).items():
-            points[node][name] = pair
-        return dict(points)
-    grouped: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for record in system:
-        if record.get("Dimension") == dimension:
-            grouped[(str(record["NodeId"]), str(record["Name"]))].append(
-                (float(record["Timestamp"]), float(record["Value"]))
-            )
-    for (node, name), pairs in grouped.items():
-        points[node][name] = (np.array([t for t, _ in pairs]), np.array([v for _, v in pairs]))
-    return dict(points)
-
-
-def ranks_of(steps: Sequence[Mapping[str, Any]]) -> set[int]:
-    """The ranks that recorded steps (a step without one is rank 0's, as the rules read it)."""
-    if isinstance(steps, StepColumns):
-        return {int(labels.get("rank", 0)) for table in steps.tables.values() for _, _, labels in table.segments()}
-    return {int(step.get("rank", 0)) for step in steps}

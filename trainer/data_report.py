@@ -1,0 +1,160 @@
+"""The report's "New data" section: what screening found, and what each drop did to the model.
+
+For people who would rather look than read: for the worst pairs of each held (or suspect) batch,
+the image, its label, the model's prediction and the disagreement side by side (the PNGs
+`screen.write_pictures` left under `screening/`, embedded, so the page stays one file without a
+script), the command that releases the batch, then each batch's validation IoU under the
+candidate against the accepted model, and the trusted set's per-class table.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ANCHOR = "new-data"
+# A class counts as moved on a batch when its IoU changed by at least this much.
+MOVED = 0.01
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"
+
+
+def _iou(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def section(output_dir: Path, metrics: Mapping[str, Any] | None) -> str:
+    """The section's HTML, or "" when the run has neither screening nor a per-batch evaluation."""
+    metrics = metrics or {}
+    screening_file = output_dir / "screening.json"
+    screening = json.loads(screening_file.read_text(encoding="utf-8")) if screening_file.exists() else None
+    evaluation = metrics.get("evaluation") or {}
+    summary = metrics.get("screening") or {}
+    if screening is None and not evaluation:
+        return ""
+    parts = [f"<h2 id='{ANCHOR}'>New data</h2>"]
+    if screening is None:
+        parts.append(
+            f"<p class='muted'>Not screened: {_e(summary.get('why', 'no accepted model to screen with'))}.</p>"
+        )
+    else:
+        parts += _screening(output_dir, screening)
+    if evaluation:
+        parts += _impact(evaluation)
+    return "\n".join(parts)
+
+
+def _screening(output_dir: Path, screening: Mapping[str, Any]) -> list[str]:
+    rule = screening.get("rule", {})
+    parts = [
+        f"<p>Screened with the accepted model <code>{_e(screening['model'])}</code>, calibrated on "
+        f"{_e(screening['calibration'])} ({screening['reference_pairs']} pairs, "
+        f"{_pct(screening['reference_share'])} of their pixels contradicted). A batch is held when "
+        f"{_pct(rule.get('margin'))} of its pixels contradict the model beyond its usual confusions, "
+        f"unless the model does not know its scenes (predictions more than {_pct(rule.get('unfamiliar'))} "
+        "off those on trusted pairs).</p>",
+        "<table><tr><th>batch</th><th>trust</th><th>pairs</th><th>contradicted</th>"
+        "<th>beyond usual</th><th>verdict</th><th>why</th></tr>",
+    ]
+    for name, batch in screening["batches"].items():
+        verdict = (
+            "<span class='IssuesFound'>held</span>"
+            if batch["held"]
+            else "released: trained on"
+            if batch["above_bar"]
+            else "trained on"
+        )
+        reasons = "<br>".join(_e(reason) for reason in batch["reasons"])
+        parts.append(
+            f"<tr><td>{_e(name)}</td><td>{_e(batch['trust'])}</td><td>{batch['pairs']}</td>"
+            f"<td>{_pct(batch['share'])}</td><td>{_pct(batch.get('excess'))}</td><td>{verdict}</td>"
+            f"<td>{reasons}</td></tr>"
+        )
+    parts.append("</table>")
+    for name, batch in screening["batches"].items():
+        if not batch["above_bar"]:
+            continue
+        parts.append(f"<h3 id='batch-{_e(name)}'>{_e(name)}: its worst pairs</h3>")
+        if batch["held"]:
+            parts.append(
+                "<p>Left out of this run and of every later dataset version. If the labels are right, "
+                f"let it in: <code>retrain data release {_e(name)}</code>; to erase it: "
+                f"<code>retrain data purge {_e(name)}</code>.</p>"
+            )
+        parts.append("<p class='muted'>image | label | the accepted model's prediction | disagreement (red)</p>")
+        for pair in batch["worst_pairs"]:
+            picture = output_dir / pair.get("picture", "")
+            if "picture" not in pair or not picture.is_file():
+                continue
+            data = base64.b64encode(picture.read_bytes()).decode("ascii")
+            parts.append(
+                f"<figure><img alt='{_e(pair['image'])}' src='data:image/png;base64,{data}'>"
+                f"<figcaption>{_e(pair['image'])}: {_pct(1 - pair['quality'])} of its pixels "
+                "contradicted</figcaption></figure>"
+            )
+    return parts
+
+
+def _impact(evaluation: Mapping[str, Any]) -> list[str]:
+    parts = [
+        "<h3>Each drop's impact</h3>",
+        "<table><tr><th>batch</th><th>trust</th><th>validation pairs</th><th>candidate mIoU</th>"
+        "<th>accepted mIoU</th><th>classes that moved</th></tr>",
+    ]
+    for name, batch in evaluation.get("batches", {}).items():
+        candidate, accepted = batch.get("candidate"), batch.get("accepted")
+        if batch.get("held"):
+            parts.append(f"<tr><td>{_e(name)}</td><td>{_e(batch['trust'])}</td><td colspan='4'>held</td></tr>")
+            continue
+        parts.append(
+            f"<tr><td>{_e(name)}</td><td>{_e(batch['trust'])}</td><td>{batch['val_pairs']}</td>"
+            f"<td>{_iou(candidate and candidate['miou'])}</td><td>{_iou(accepted and accepted['miou'])}</td>"
+            f"<td>{_e(moved(candidate, accepted))}</td></tr>"
+        )
+    parts.append("</table>")
+    trusted = evaluation.get("trusted", {})
+    if trusted.get("candidate"):
+        candidate, accepted = trusted["candidate"], trusted.get("accepted")
+        parts += [
+            f"<h3>The trusted set: {trusted['pairs']} pairs of {len(trusted['batches'])} batches</h3>",
+            "<table><tr><th>class</th><th>candidate IoU</th><th>accepted IoU</th><th>change</th></tr>",
+            _class_row("<b>mIoU</b>", candidate["miou"], accepted and accepted["miou"]),
+        ]
+        for name, value in candidate["per_class_iou"].items():
+            before = (accepted or {}).get("per_class_iou", {}).get(name)
+            if value is None and before is None:
+                continue
+            parts.append(_class_row(_e(name), value, before))
+        parts.append("</table>")
+    return parts
+
+
+def _class_row(name: str, new: float | None, old: float | None) -> str:
+    return f"<tr><td>{name}</td><td>{_iou(new)}</td><td>{_iou(old)}</td><td>{_change(new, old)}</td></tr>"
+
+
+def _change(new: float | None, old: float | None) -> str:
+    return "-" if new is None or old is None else f"{new - old:+.3f}"
+
+
+def moved(candidate: Mapping[str, Any] | None, accepted: Mapping[str, Any] | None) -> str:
+    """'road +0.052, sky -0.031': the classes whose IoU moved on a batch, largest first."""
+    if not candidate or not accepted:
+        return "-"
+    changes = [
+        (name, value - before)
+        for name, value in candidate["per_class_iou"].items()
+        if value is not None and (before := accepted["per_class_iou"].get(name)) is not None
+    ]
+    changes = sorted((c for c in changes if abs(c[1]) >= MOVED), key=lambda c: -abs(c[1]))
+    return ", ".join(f"{name} {delta:+.3f}" for name, delta in changes[:5]) or "none by 0.01 or more"
