@@ -65,8 +65,8 @@ from PIL import Image
 
 from functions.common.contracts import split_for
 from functions.trigger.logic import TriggerPolicy
-from retrain.local.stack import DEFAULT_TEMPLATE, OfflineStack, StackOptions
-from retrain.local.template import load_template
+from retrain.local.cloudformation.stack import DEFAULT_TEMPLATE, OfflineStack, StackOptions
+from retrain.local.cloudformation.template import load_template
 from retrain.synth import draw_scene
 
 ROOT = Path(__file__).resolve().parents[1]

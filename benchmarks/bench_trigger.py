@@ -33,7 +33,7 @@ from functions.data.models import BatchStatus, PairRecord, PairStatus
 from functions.data.storage import DataBucket
 from functions.trigger.logic import Trigger, TriggerPolicy
 from functions.validation import DEFAULT_CONFIG
-from retrain.local.stack import create_ledger_table
+from retrain.local.cloudformation.stack import create_ledger_table
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -1,24 +1,54 @@
 """The composition root: each function's logic built from its settings with the real clients.
 
-Handlers call these and nothing else of AWS, so they stay short; tests build the same objects
-with their own clients.
+Every handler has one shape: its decorators; parse its request; get its logic object here; one
+call; return a model dump. Handlers call these builders and nothing else of AWS, so they stay
+short; tests build the same objects with their own (stubbed) clients. Request models live in one
+place, `functions/common/requests.py`; each function's logic is beside its handler (`logic.py`,
+`run.py` for the training job).
+
+Each builder imports its function's logic itself: every function is deployed from the same code,
+and a cold start should load only its own (the intake never needs slack-sdk or the training-job
+request builder).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
-from datetime import UTC, datetime
-
-from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from functions.common import clients
-from functions.common.settings import IntakeSettings, LedgerSettings, TriggerSettings
+from functions.common.settings import LedgerSettings
 from functions.data.ledger import Ledger
 from functions.data.storage import DataBucket
-from functions.intake.logic import Intake
-from functions.trigger.logic import Trigger, TriggerPolicy
-from functions.validation import DEFAULT_CONFIG
+from functions.trigger.kick import TriggerKick
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+    from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+    from functions.common.settings import (
+        DatasetSyncSettings,
+        EvaluateRunSettings,
+        IntakeSettings,
+        NotifySettings,
+        PrepareRunSettings,
+        SweeperSettings,
+        TrainingJobSettings,
+        TriggerSettings,
+    )
+    from functions.dataset_sync.logic import DatasetSync
+    from functions.evaluate_run.logic import Evaluator
+    from functions.intake.logic import Intake
+    from functions.notify.logic import Notifier
+    from functions.prepare_run.logic import RunPreparer
+    from functions.sweeper.logic import Sweeper
+    from functions.training_job.run import TrainingJobs
+    from functions.trigger.logic import Trigger
+
+# Handlers wear it as their innermost decorator: AWS still throttling or failing (5xx) after
+# botocore's retries becomes `AwsServiceBusyError`, which the state machine retries later.
+busy_is_retryable = clients.busy_is_retryable
 
 
 def ledger_and_bucket(settings: LedgerSettings) -> tuple[Ledger, DataBucket]:
@@ -26,17 +56,43 @@ def ledger_and_bucket(settings: LedgerSettings) -> tuple[Ledger, DataBucket]:
     return Ledger(clients.dynamodb(), settings.ledger_table), bucket
 
 
-def intake(settings: LedgerSettings) -> Intake:
+def kick(function_name: str) -> TriggerKick:
+    return TriggerKick(clients.lambda_(), function_name)
+
+
+# ---------------------------------------------------------------- intake and sweeper --
+def intake(settings: IntakeSettings) -> Intake:
     """One Intake per invocation: it collects the batches the invocation touched and closed."""
+    from functions.intake.logic import Intake
+    from functions.validation import DEFAULT_CONFIG
+
     ledger, bucket = ledger_and_bucket(settings)
-    return Intake(ledger=ledger, bucket=bucket, config=DEFAULT_CONFIG)
+    return Intake(ledger=ledger, bucket=bucket, config=DEFAULT_CONFIG, kick=kick(settings.trigger_function))
 
 
 def idempotency_store(settings: IntakeSettings) -> DynamoDBPersistenceLayer:
+    from aws_lambda_powertools.utilities.idempotency import DynamoDBPersistenceLayer
+
     return DynamoDBPersistenceLayer(table_name=settings.idempotency_table, boto3_client=clients.dynamodb())
 
 
+def sweeper(settings: SweeperSettings) -> Sweeper:
+    from functions.sweeper.logic import Sweeper
+
+    ledger, bucket = ledger_and_bucket(settings)
+    return Sweeper(
+        ledger=ledger,
+        bucket=bucket,
+        quiet_for=timedelta(seconds=settings.quiet_period_seconds),
+        incomplete_after=timedelta(seconds=settings.incomplete_after_seconds),
+        kick=kick(settings.trigger_function),
+    )
+
+
 def trigger(settings: TriggerSettings) -> Trigger:
+    from functions.trigger.logic import Trigger, TriggerPolicy
+    from functions.validation import DEFAULT_CONFIG
+
     ledger, bucket = ledger_and_bucket(settings)
     policy = {f.name: getattr(settings, f.name) for f in fields(TriggerPolicy)}
     return Trigger(
@@ -50,12 +106,71 @@ def trigger(settings: TriggerSettings) -> Trigger:
     )
 
 
-def kick_trigger(function_name: str, reason: str) -> None:
-    """Run the trigger soon, without waiting for it (it decides whether anything starts)."""
-    if not function_name:
-        return
-    clients.lambda_().invoke(
-        FunctionName=function_name,
-        InvocationType="Event",
-        Payload=json.dumps({"source": reason, "time": datetime.now(UTC).isoformat()}).encode(),
+# ------------------------------------------------------------------------- a run --
+def run_preparer(settings: PrepareRunSettings) -> RunPreparer:
+    from functions.prepare_run.logic import RunPreparer
+
+    return RunPreparer(
+        clients.s3(),
+        settings.data_bucket,
+        poll_seconds=settings.poll_seconds,
+        poll_max_seconds=settings.poll_max_seconds,
+        notify_on_start=settings.notify_on_start,
+    )
+
+
+def dataset_sync(settings: DatasetSyncSettings) -> DatasetSync:
+    from functions.dataset_sync.logic import DatasetSync
+
+    return DatasetSync(
+        clients.fsx(),
+        settings.data_bucket,
+        file_system_id=settings.file_system_id,
+        timeout_seconds=settings.import_timeout_seconds,
+    )
+
+
+def training_jobs(settings: TrainingJobSettings) -> TrainingJobs:
+    from functions.training_job.run import TrainingJobs, job_config
+
+    return TrainingJobs(job_config(settings), clients.sagemaker(), clients.s3(), settings.data_bucket)
+
+
+def evaluator(settings: EvaluateRunSettings) -> Evaluator:
+    from functions.evaluate_run.gate import GatePolicy
+    from functions.evaluate_run.logic import Evaluator
+    from functions.evaluate_run.trust import TrustKeeper
+
+    policy = GatePolicy(miou_tolerance=settings.gate_miou_tolerance, class_tolerance=settings.gate_class_tolerance)
+    ledger, bucket = ledger_and_bucket(settings)
+    return Evaluator(
+        clients.s3(),
+        clients.sagemaker(),
+        settings.data_bucket,
+        policy,
+        settings.model_package_group,
+        trust=TrustKeeper(ledger, bucket),
+    )
+
+
+def secrets_provider() -> SecretsProvider:
+    """Call it once per cold start: the provider caches what it read (the Slack webhook secret)."""
+    from aws_lambda_powertools.utilities.parameters import SecretsProvider
+
+    return SecretsProvider(boto3_client=clients.secretsmanager())
+
+
+def notifier(settings: NotifySettings, secrets: SecretsProvider) -> Notifier:
+    from functions.notify.logic import Notifier
+    from functions.notify.secret import SlackWebhookSecret
+
+    return Notifier(
+        s3=clients.s3(),
+        sns=clients.sns(),
+        sts=clients.sts(),
+        bucket=settings.data_bucket,
+        topic_arn=settings.notification_topic_arn,
+        region=settings.aws_region,
+        report_reader_role_arn=settings.report_reader_role_arn,
+        webhook=SlackWebhookSecret(secrets, settings.slack_webhook_secret_arn),
     )

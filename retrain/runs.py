@@ -27,9 +27,10 @@ from pydantic import BaseModel, ValidationError
 from functions.common import prefixes
 from functions.common.errors import RetrainError
 from functions.common.models import RunContext, RunState
+from functions.common.requests import NotifyRequest
 from functions.common.summary import RunSummary
 from functions.data.ledger import Ledger
-from functions.notify.logic import Notified, Notifier, NotifyRequest
+from functions.notify.logic import Notified, Notifier
 from functions.trigger.logic import Trigger, TriggerOutcome
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ class Runs:
                 current = event["stateEnteredEventDetails"]["name"]
             exited = event.get("stateExitedEventDetails")
             if document is None and exited is not None:
-                document = _run_state(exited.get("output"))
+                document = run_state(exited.get("output"))
             if document is not None and current is not None:
                 break
         return document or RunState(), current
@@ -276,7 +277,8 @@ def rerun_name(version: str, now: datetime) -> str:
     return f"{version[: MAX_EXECUTION_NAME - len(suffix)]}{suffix}"
 
 
-def _run_state(output: str | None) -> RunState | None:
+def run_state(output: str | None) -> RunState | None:
+    """The run's state document in a state's output (history JSON), or None when it is not one."""
     try:
         return RunState.model_validate(json.loads(output or "null") or {})
     except (ValueError, ValidationError):

@@ -1,5 +1,5 @@
 """A small IAM model for the least-privilege tests: the template's statements per principal,
-what functions/permissions.py declares, what an AWS call needs, and whether a statement allows it.
+what retrain/ops/permissions.py declares, what an AWS call needs, and whether a statement allows it.
 
 Only what this stack's policies use is modelled: Allow statements, `*` and `?` wildcards in
 actions and resources, and the condition operators StringEquals / StringLike / ArnLike / Bool /
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from functions.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS, Grant
-from retrain.local.template import Created, Resolver, Template, load_template
+from retrain.local.cloudformation.template import Created, Resolver, Template, load_template
+from retrain.ops.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS, Grant
 
 ROOT = Path(__file__).resolve().parents[1]
 # Actions no statement may grant on any resource: lifecycle, policy and ACL changes, wildcards.
@@ -263,9 +263,9 @@ def differences(declared: Pairs, granted: Pairs, who: str) -> list[str]:
     """What the template grants beyond the declaration, and what it lacks, one line each."""
     problems = []
     for action, resource in sorted(granted.keys() - declared.keys()):
-        problems.append(f"{who}: grants {action} on {resource}, which functions/permissions.py does not declare")
+        problems.append(f"{who}: grants {action} on {resource}, which retrain/ops/permissions.py does not declare")
     for action, resource in sorted(declared.keys() - granted.keys()):
-        problems.append(f"{who}: lacks {action} on {resource}, which functions/permissions.py declares")
+        problems.append(f"{who}: lacks {action} on {resource}, which retrain/ops/permissions.py declares")
     for pair in sorted(declared.keys() & granted.keys()):
         problems.extend(
             f"{who}: {pair[0]} on {pair[1]} lacks the conditions {sorted(specs)}"

@@ -85,9 +85,12 @@ def evaluation(
     entries: Sequence[Entry],
     candidate: dict[str, torch.Tensor],
     accepted: dict[str, torch.Tensor] | None,
+    *,
     held: Sequence[str] = (),
+    trained: Sequence[Entry] = (),
 ) -> dict[str, Any]:
-    """`metrics.json`'s `evaluation`: each batch's validation pairs, and the trusted set."""
+    """`metrics.json`'s `evaluation`: each batch's validation pairs, the trusted set, and the
+    batches the candidate trained on (the ones an accepted run makes trusted)."""
     trust = {entry.batch: entry.trust for entry in entries}
     pairs: dict[str, int] = {}
     for entry in entries:
@@ -112,7 +115,8 @@ def evaluation(
             trusted["accepted"] = _scores(
                 sum((accepted[name] for name in gate), torch.zeros_like(accepted[gate[0]])), classes
             )
-    return {"batches": batches, "trusted": trusted}
+    trained_batches = sorted({entry.batch for entry in trained})
+    return {"batches": batches, "trusted": trusted, "trained_batches": trained_batches}
 
 
 def baseline(

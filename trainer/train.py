@@ -523,7 +523,9 @@ def train(  # noqa: PLR0912, PLR0915
         bare_model, val_set, len(classes), device, batch_size=args.val_batch_size or args.batch_size
     )
     accepted_by_batch = comparison.from_lists(state.baseline)
-    lineage_info["evaluation"] = comparison.evaluation(classes, val_set.entries, candidate, accepted_by_batch, held)
+    lineage_info["evaluation"] = comparison.evaluation(
+        classes, val_set.entries, candidate, accepted_by_batch, held=held, trained=train_set.entries
+    )
     lineage_info["screening"] = screen.summary(screening, accepted is not None)
     # --- the model: rank 0 alone writes it; every rank holds the same weights ---
     if context.is_main:

@@ -56,6 +56,10 @@ class ManifestEntry(BaseModel):
     split: Split
     class_pixels: dict[str, int] = Field(default_factory=dict)
     batch: str = Field(min_length=1)
+    # How far the batch's labels were trusted when the version was frozen (`Trust` in the ledger;
+    # held batches are in no version): the trainer screens new and released batches, and judges
+    # the candidate on trusted and benchmark ones.
+    trust: Literal["trusted", "new", "released", "benchmark"] = "new"
 
 
 _MANIFEST_ENTRY = TypeAdapter(ManifestEntry)
@@ -213,6 +217,50 @@ class WarmStartInfo(BaseModel):
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
+class Scores(BaseModel):
+    miou: float = Field(ge=0.0, le=1.0)
+    per_class_iou: dict[str, float | None] = Field(default_factory=dict)
+
+
+class BatchScores(BaseModel):
+    """One batch of the version: its validation pairs under the candidate and the accepted model."""
+
+    model_config = ConfigDict(extra="allow")
+
+    trust: str
+    held: bool = False
+    val_pairs: int = Field(ge=0)
+    candidate: Scores | None = None
+    accepted: Scores | None = None
+
+
+class TrustedScores(BaseModel):
+    """The trusted evaluation set: validation pairs of trusted batches and every benchmark pair."""
+
+    batches: list[str] = Field(default_factory=list)
+    pairs: int = Field(default=0, ge=0)
+    candidate: Scores | None = None
+    accepted: Scores | None = None
+
+
+class RunEvaluation(BaseModel):
+    """`metrics.json`'s `evaluation` (trainer/comparison.py)."""
+
+    batches: dict[str, BatchScores] = Field(default_factory=dict)
+    trusted: TrustedScores = Field(default_factory=TrustedScores)
+    trained_batches: list[str] = Field(default_factory=list)
+
+
+class ScreeningSummary(BaseModel):
+    """`metrics.json`'s `screening`; the details are in `screening.json` (trainer/screen.py)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    screened: bool
+    why: str | None = None
+    held: list[str] = Field(default_factory=list)
+
+
 class MetricsFile(BaseModel):
     """`metrics.json`: the lineage and results of one training run, rewritten every epoch."""
 
@@ -239,6 +287,9 @@ class MetricsFile(BaseModel):
     baseline: BaselineMetrics | None = None
     # Optional: trainers before the manifest's pins were checked did not write it.
     checksums: ChecksumReport | None = None
+    # Optional: trainers before label screening (issue 26) did not write them.
+    evaluation: RunEvaluation | None = None
+    screening: ScreeningSummary | None = None
     complete: bool = False
 
 

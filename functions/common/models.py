@@ -1,10 +1,13 @@
-"""Payloads that cross a boundary: S3 notifications, state-machine input and state outputs."""
+"""Payloads that cross a boundary: S3 notifications, the states' outputs, the accepted model.
+
+What each function is invoked with (its request) is in `requests.py`.
+"""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote_plus
 
 from pydantic import (
@@ -12,12 +15,9 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    ValidationError,
-    model_validator,
 )
 
 from functions.common import prefixes
-from functions.common.errors import InvalidEventError
 
 # StartExecution names: 1-80 characters, none of whitespace or <>{}[]?*"#%\^|~`$&,;:/ (the
 # dataset version is the execution name, so it must be a valid one).
@@ -60,18 +60,6 @@ def written_before(sequencer: str | None, other: str | None) -> bool:
 def decode_key(raw: str) -> str:
     """S3 event keys are form-encoded: spaces arrive as `+`, `+` as `%2B`, moto also encodes `/`."""
     return unquote_plus(raw)
-
-
-class RunInput(BaseModel):
-    """What starts a retraining run: one frozen dataset version; the first state is also given
-    the execution's name and start time (the run's identity)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    dataset_version: DatasetVersion
-    execution: DatasetVersion | None = None  # $$.Execution.Name: the run's name
-    execution_arn: str | None = None  # $$.Execution.Id: links to the execution
-    started_at: datetime | None = None  # $$.Execution.StartTime
 
 
 class AcceptedModel(BaseModel):
@@ -183,35 +171,3 @@ class RunState(BaseModel):
     @property
     def failure(self) -> RunFailure:
         return RunFailure.model_validate({**(self.error or {}), "state": self.failed_state or "unknown"})
-
-
-class TriggerInput(BaseModel):
-    """What the trigger is invoked with, from any of its three callers.
-
-    - its schedule (EventBridge: `{"source": "aws.events", "detail-type": ...}`) and a kick after
-      batches close (`{"source": "batch closed", "time": ...}`): look for data ready to train on;
-    - the state machine's last state (`{"action": "release", "holder": <execution name>}`):
-      release that run's lock first, then look (data that came during the run starts the next).
-    """
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    action: Literal["look", "release"] = "look"
-    holder: DatasetVersion | None = None
-    source: str = "unknown"
-
-    @model_validator(mode="after")
-    def _release_names_its_holder(self) -> Self:
-        if self.action == "release" and self.holder is None:
-            raise ValueError("a release must name the holder (the execution) whose lock it frees")
-        return self
-
-    @classmethod
-    def parse(cls, event: Any) -> TriggerInput:
-        try:
-            return cls.model_validate(event)
-        except ValidationError as exc:
-            raise InvalidEventError(
-                f"the trigger's input is not a schedule, kick or release: "
-                f"{exc.errors(include_url=False, include_context=False)}"
-            ) from exc

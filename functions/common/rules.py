@@ -14,8 +14,9 @@ end ran. No torch here: Lambdas import this module.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,3 +102,79 @@ class RulesFile(BaseModel):
 def parse_rules_file(text: str | bytes) -> RulesFile:
     """A `rules.json` document, validated."""
     return RulesFile.model_validate_json(text)
+
+
+# ----------------------------------------------------------------------------- in words --
+# How every reader is told about a rule, in one place: the notification (e-mail and Slack), the
+# offline demo's table and `retrain report`'s summary line. (The trainer's HTML report shows the
+# same classes; the trainer imports nothing from functions/, and tests/unit/test_rule_words.py
+# checks that it agrees.)
+ISSUES, ERROR, PENDING, NOT_APPLICABLE, PASSED = (
+    "issues found",
+    "could not judge",
+    "still evaluating",
+    "not applicable",
+    "no issues",
+)
+
+
+class RuleLike(Protocol):
+    """What the words need: a `RuleResult`, or a summary's `RuleVerdict`."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def applicable(self) -> bool: ...
+    @property
+    def not_applicable_reason(self) -> str | None: ...
+    @property
+    def recommendation(self) -> str: ...
+    @property
+    def detail(self) -> str | None: ...
+
+
+def verdict(rule: RuleLike) -> str:
+    """The rule's verdict in words. NoIssuesFound on a rule with nothing to judge is no pass."""
+    if rule.status == "IssuesFound":
+        return ISSUES
+    if rule.status == "Error":
+        return ERROR
+    if rule.status in PENDING_STATUSES:
+        return PENDING
+    if not rule.applicable:
+        return NOT_APPLICABLE
+    return PASSED
+
+
+def advice(rule: RuleLike) -> str:
+    """What the reader should take from it: what to do, why it could not judge, or nothing."""
+    found = verdict(rule)
+    if found == ISSUES:
+        return rule.recommendation or rule.detail or "see the profiling report"
+    if found == NOT_APPLICABLE:
+        return rule.not_applicable_reason or rule.detail or "nothing to judge"
+    if found == ERROR:
+        return rule.detail or "the rule failed"
+    return ""
+
+
+def summary_line(rules: Sequence[RuleLike], backend: str | None) -> str | None:
+    """The rules with nothing to act on, in one line: "10 of 12 rules found nothing to report;
+    GPUMemoryIncrease, LowGPUUtilization not applicable on this host: no GPU"."""
+    if not rules:
+        return None
+    by_verdict: dict[str, list[RuleLike]] = {}
+    for rule in rules:
+        by_verdict.setdefault(verdict(rule), []).append(rule)
+    grouped: dict[str, list[str]] = {}
+    for rule in by_verdict.get(NOT_APPLICABLE, []):
+        grouped.setdefault(advice(rule), []).append(rule.name)
+    parts = [f"{len(by_verdict.get(PASSED, []))} of {len(rules)} rules found nothing to report"]
+    parts += [f"{', '.join(names)} not applicable on this host: {reason}" for reason, names in grouped.items()]
+    if by_verdict.get(ERROR):
+        parts.append(f"could not judge: {', '.join(rule.name for rule in by_verdict[ERROR])}")
+    if by_verdict.get(PENDING):
+        parts.append(f"still evaluating: {', '.join(rule.name for rule in by_verdict[PENDING])}")
+    return f"Profiler rules ({backend}): " + "; ".join(parts)

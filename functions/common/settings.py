@@ -81,7 +81,7 @@ class TrainingJobSettings(DataBucketSettings):
     training_extra_hyperparameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
 
 
-class EvaluateRunSettings(DataBucketSettings):
+class EvaluateRunSettings(LedgerSettings):
     gate_miou_tolerance: float = Field(default=0.01, ge=0.0, le=1.0)
     gate_class_tolerance: float = Field(default=0.05, ge=0.0, le=1.0)
     # Where accepted models are registered (PendingManualApproval); empty: not registered.
@@ -90,7 +90,7 @@ class EvaluateRunSettings(DataBucketSettings):
 
 class NotifySettings(DataBucketSettings):
     notification_topic_arn: str = Field(min_length=20)
-    # The secret holding {"webhook_url": ...}; empty: no Slack.
+    # The secret holding the webhook URL, plain or as {"webhook_url": ...} (`notify/secret.py`); empty: no Slack.
     slack_webhook_secret_arn: str = ""
     # The role whose sessions sign report links (their expiry is known, so the message is true).
     report_reader_role_arn: str = ""

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.common.contracts import BatchScores, ScreeningSummary
 from functions.common.rules import RuleStatus
 
 # "running": the optional message when a run starts; the others end a run.
@@ -30,6 +31,8 @@ class GateVerdict(BaseModel):
     worse_classes: dict[str, float] = Field(default_factory=dict)
     miou_tolerance: float
     class_tolerance: float
+    # Which pairs the two models were compared on, and how many ("both scored on 40 trusted ...").
+    compared_on: str | None = None
 
 
 class JobSummary(BaseModel):
@@ -70,6 +73,7 @@ class RunArtifacts(BaseModel):
     model_version_id: str | None = None
     output: str | None = None  # SageMaker's output.tar.gz
     weights: str | None = None  # models/runs/<run>/model.pt (accepted runs)
+    screening: str | None = None  # screening.json: what the accepted model found in the new batches
 
 
 class RunSummary(BaseModel):
@@ -99,6 +103,11 @@ class RunSummary(BaseModel):
     rules: list[RuleVerdict] = Field(default_factory=list)
     artifacts: RunArtifacts
     model_package_arn: str | None = None
+    # Data trust (issue 26): what screening said, each batch's scores, what became held or trusted.
+    screening: ScreeningSummary | None = None
+    batch_scores: dict[str, BatchScores] = Field(default_factory=dict)
+    held: dict[str, list[str]] = Field(default_factory=dict)  # batch -> why, held by this run
+    newly_trusted: list[str] = Field(default_factory=list)
     # For failed and stopped runs: where and why.
     failed_state: str | None = None
     error: str | None = None

@@ -99,6 +99,27 @@ class BatchRecord(BaseModel):
     close_reason: str | None = None
 
 
+class Trust(StrEnum):
+    """How far a batch's labels are trusted (DESIGN.md section 3, data trust). A batch without a
+    trust record is new: screened by the next run that has an accepted model."""
+
+    TRUSTED = "trusted"  # an accepted run trained on it: its validation pairs judge the gate
+    HELD = "held"  # screening found the accepted model confidently contradicts it: in no version
+    RELEASED = "released"  # held, then let in by an operator: trained on, screened, never held again
+    BENCHMARK = "benchmark"  # the team's evaluation set: never trained on, always in the gate
+
+
+class TrustRecord(BaseModel):
+    """A batch's trust, who set it and why (`retrain data held` shows these)."""
+
+    batch: str
+    trust: Trust
+    reasons: list[str] = Field(default_factory=list)
+    run: str | None = None  # the run whose screening held it, or whose acceptance trusted it
+    by: str  # "screening", "the gate", or "operator"
+    at: datetime
+
+
 class LockRecord(BaseModel):
     holder: str
     acquired_at: datetime

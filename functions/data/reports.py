@@ -26,9 +26,12 @@ def build_report(batch: str, ledger: Ledger) -> dict[str, Any]:
     for pair in pairs:
         if pair.status is PairStatus.VALID:
             class_pixels.update(pair.class_pixels)
+    trust = ledger.trust(batch)
     return {
         "batch": batch,
         "status": found[0].status.value if found else "unknown",
+        # How far its labels are trusted: held batches are in no dataset version (`retrain data held`).
+        "trust": trust.model_dump(mode="json", exclude={"batch"}) if trust else {"trust": "new"},
         "closed_by": found[0].close_reason if found else None,
         "files": dict(Counter(record.status.value for record in files)),
         "pairs": dict(Counter(pair.status.value for pair in pairs)),
@@ -68,6 +71,18 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"Accepted pairs: {len(report['accepted'])}",
     ]
+    trust = report.get("trust", {})
+    if trust.get("trust") == "held":
+        lines += [
+            "",
+            "## Held: left out of training",
+            "",
+            f"The accepted model confidently contradicts these labels (run {trust.get('run')}). The batch is in",
+            "no dataset version until an operator releases it (`retrain data release "
+            f"{report['batch']}`) or erases it (`retrain data purge {report['batch']}`).",
+            "",
+            *(f"- {reason}" for reason in trust.get("reasons", [])),
+        ]
     if report["rejected"]:
         lines += ["", "## Rejected, by reason", ""]
         for code, items in sorted(report["rejected"].items()):

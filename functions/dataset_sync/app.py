@@ -6,36 +6,24 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.common import clients, observability
+from functions import wiring
+from functions.common import observability
+from functions.common.requests import SyncRequest
 from functions.common.settings import DatasetSyncSettings, load_settings
-from functions.dataset_sync.logic import SyncRequest, check_import, nothing_to_import, start_import
 
 logger, tracer, metrics = observability.for_function()
+NO_IMPORT = "No FSx import: the training job reads the dataset from S3"
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
+@wiring.busy_is_retryable()
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = load_settings(DatasetSyncSettings)
     request = SyncRequest.model_validate(event)
-    if settings.file_system_id is None:
-        sync = nothing_to_import(request.run)
-        logger.info("No FSx import: the training job reads the dataset from S3", extra={"bucket": settings.data_bucket})
-        return sync.model_dump(mode="json")
-    with clients.busy_is_retryable():
-        if request.action == "start" or request.sync is None:
-            sync = start_import(
-                clients.fsx(),
-                file_system_id=settings.file_system_id,
-                bucket=settings.data_bucket,
-                run=request.run,
-            )
-        else:
-            sync = check_import(
-                clients.fsx(),
-                request.sync,
-                run=request.run,
-                timeout_seconds=settings.import_timeout_seconds,
-            )
-    logger.info("FSx import", extra=sync.model_dump(mode="json"))
+    sync = wiring.dataset_sync(settings).sync(request)
+    logger.info(
+        "FSx import" if sync.task_id else NO_IMPORT,
+        extra={"bucket": settings.data_bucket, **sync.model_dump(mode="json")},
+    )
     return sync.model_dump(mode="json")

@@ -4,22 +4,26 @@ The file system's data-repository association links its `/dataset` folder to the
 `dataset/` prefix and auto-imports changes, but auto-import is eventually consistent: an import
 task on that prefix is the barrier that says every object of the frozen version is visible on
 the file system. A failed or cancelled task fails the run before any training starts.
+
+A stack without a file system (`DatasetSource=s3`, no FILE_SYSTEM_ID) has nothing to import:
+training reads `dataset/` from S3, and the sync is done from the start (`NOT_NEEDED`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict
 
 from functions.common import prefixes
 from functions.common.errors import AwsServiceBusyError, FsxImportFailedError
 from functions.common.models import RunContext, SyncState
 from functions.common.polling import next_wait
+from functions.common.requests import SyncRequest
 
 if TYPE_CHECKING:
     from mypy_boto3_fsx import FSxClient
@@ -27,16 +31,6 @@ if TYPE_CHECKING:
 IMPORT: Final = "IMPORT_METADATA_FROM_REPOSITORY"
 ENDED_BADLY = frozenset({"FAILED", "CANCELED"})
 _NOT_IN_TOKEN = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-class SyncRequest(BaseModel):
-    """The state machine's input to this function: start the import, or look at it again."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    action: Literal["start", "check"]
-    run: RunContext
-    sync: SyncState | None = None
 
 
 NOT_NEEDED: Final = "NOT_NEEDED"
@@ -116,3 +110,19 @@ def check_import(
             "files": status.get("TotalCount") if lifecycle == "SUCCEEDED" else None,
         }
     )
+
+
+@dataclass(frozen=True)
+class DatasetSync:
+    fsx: FSxClient
+    bucket: str
+    file_system_id: str | None  # None: the stack reads the dataset from S3
+    timeout_seconds: int  # an import still running after this long is cancelled
+
+    def sync(self, request: SyncRequest) -> SyncState:
+        """The import this state asks for: nothing, started, or as it is now."""
+        if self.file_system_id is None:
+            return nothing_to_import(request.run)
+        if request.action == "start" or request.sync is None:
+            return start_import(self.fsx, file_system_id=self.file_system_id, bucket=self.bucket, run=request.run)
+        return check_import(self.fsx, request.sync, run=request.run, timeout_seconds=self.timeout_seconds)

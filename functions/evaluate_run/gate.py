@@ -2,10 +2,14 @@
 
 A model is accepted when its mIoU is not below the accepted model's by more than
 `miou_tolerance` and no class's IoU falls by more than `class_tolerance`; otherwise the run ends
-`rejected` (a successful run with a clear verdict). The accepted model is scored by the same job
-on the same validation split (`metrics.json`'s `baseline`), so the comparison is fair. The first
-run is accepted if it learned anything at all: a validation mIoU above `first_run_min_miou` and,
-over two or more epochs, a training loss that fell.
+`rejected` (a successful run with a clear verdict). Both models are scored by the same job on
+the *trusted set* (`metrics.json`'s `evaluation.trusted`): the validation pairs of batches whose
+labels earned trust and the team's benchmark batches, never only a split that moves with new
+data, where a mislabelled batch's pairs would make a model trained on its labels look better.
+Without a trusted set (a job from before screening, or a version whose trusted batches hold no
+validation pair) the comparison falls back to the run's whole validation split, and says so.
+The first run is accepted if it learned anything at all: a validation mIoU above
+`first_run_min_miou` and, over two or more epochs, a training loss that fell.
 """
 
 from __future__ import annotations
@@ -35,40 +39,56 @@ def judge(metrics: MetricsFile, policy: GatePolicy, accepted: AcceptedModel | No
         return verdict.model_copy(
             update={"reasons": ["the dataset version has no validation images: nothing to judge by"]}
         )
-    if metrics.baseline is not None:
+    trusted = metrics.evaluation.trusted if metrics.evaluation is not None else None
+    if trusted is not None and trusted.pairs and trusted.candidate and trusted.accepted:
+        miou, classes = trusted.candidate.miou, trusted.candidate.per_class_iou
+        baseline_miou, baseline_classes = trusted.accepted.miou, trusted.accepted.per_class_iou
+        where = f"both scored on {trusted.pairs} trusted validation pairs of {len(trusted.batches)} batches"
+    elif metrics.baseline is not None:
+        miou, classes = metrics.miou, metrics.per_class_iou
         baseline_miou, baseline_classes = metrics.baseline.miou, metrics.baseline.per_class_iou
-        where = "scored on the same validation split"
+        where = "both scored on this run's validation split, as no pair is trusted yet"
     elif accepted is not None:
+        miou, classes = metrics.miou, metrics.per_class_iou
         baseline_miou, baseline_classes = accepted.miou, accepted.per_class_iou
-        where = "as recorded when it was accepted, on an earlier validation split"
+        where = "the accepted model as recorded when it was accepted, on an earlier validation split"
     else:
         return _first_run(metrics, policy, verdict)
-    change = metrics.miou - baseline_miou
+    change = miou - baseline_miou
     worse = {
         name: round(new - old, 4)
         for name, old in baseline_classes.items()
-        if old is not None and (new := metrics.per_class_iou.get(name)) is not None and new < old
+        if old is not None and (new := classes.get(name)) is not None and new < old
     }
     problems = []
     if change < -policy.miou_tolerance:
         problems.append(
-            f"mIoU {metrics.miou:.3f} is {-change:.3f} below the accepted model's {baseline_miou:.3f} "
-            f"({where}; tolerance {policy.miou_tolerance:.3f})"
+            f"mIoU fell to {miou:.3f} from the accepted model's {baseline_miou:.3f}, by {-change:.3f}: "
+            f"more than the {policy.miou_tolerance:.3f} allowed ({where})"
         )
     for name, delta in sorted(worse.items(), key=lambda item: item[1]):
         if -delta > policy.class_tolerance:
-            problems.append(f"{name} IoU fell by {-delta:.3f} (tolerance {policy.class_tolerance:.3f})")
+            problems.append(
+                f"{name} IoU fell by {-delta:.3f}: more than the {policy.class_tolerance:.3f} allowed ({where})"
+            )
+    direction = (
+        f"up {change:.3f} on"
+        if change >= 0
+        else f"down {-change:.3f}, within the {policy.miou_tolerance:.3f} allowed, from"
+    )
     ok = (
-        f"mIoU {metrics.miou:.3f} against the accepted model's {baseline_miou:.3f} ({where}): "
-        f"within {policy.miou_tolerance:.3f}, and no class fell by more than {policy.class_tolerance:.3f}"
+        f"mIoU {miou:.3f}, {direction} the accepted model's {baseline_miou:.3f} ({where}); "
+        f"no class fell by more than {policy.class_tolerance:.3f}"
     )
     return verdict.model_copy(
         update={
             "accepted": not problems,
             "reasons": problems or [ok],
+            "miou": miou,
             "baseline_miou": baseline_miou,
             "miou_change": round(change, 4),
             "worse_classes": worse,
+            "compared_on": where,
         }
     )
 

@@ -24,8 +24,10 @@ from functions.common.models import AcceptedModel, JobState, RunContext
 from functions.common.rules import RulesFile, parse_rules_file
 from functions.common.summary import JobSummary, RuleVerdict, RunArtifacts, RunSummary
 from functions.data.storage import DataBucket
+from functions.evaluate_run import history
 from functions.evaluate_run.artifacts import read_members
 from functions.evaluate_run.gate import GatePolicy, judge
+from functions.evaluate_run.trust import SCREENING_MEMBER, ScreeningFile, TrustChanges, TrustKeeper
 from functions.training_job.debugger import (
     describe_job,
     normalise_debugger_results,
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
 
-OUTPUT_MEMBERS = {"metrics.json", "rules.json", "report.html"}
+OUTPUT_MEMBERS = {"metrics.json", "rules.json", "report.html", SCREENING_MEMBER}
 MODEL_MEMBERS = {"model.pt", "metrics.json"}
 RUN_TAG = "retrain:run"
 
@@ -58,6 +60,8 @@ class Evaluator:
     bucket: str
     policy: GatePolicy
     model_package_group: str = ""
+    # The batches' trust (held by screening, trusted by an accepted run); None: not kept.
+    trust: TrustKeeper | None = None
 
     def evaluate(self, run: RunContext, job: JobState, now: datetime | None = None) -> Evaluation:
         now = now or datetime.now(UTC)
@@ -86,6 +90,20 @@ class Evaluator:
             artifacts.rules = self._put(
                 data, run.run, "rules.json", rules.model_dump_json(indent=2), "application/json"
             )
+        screening = (
+            ScreeningFile.model_validate_json(outputs[SCREENING_MEMBER]) if SCREENING_MEMBER in outputs else None
+        )
+        if screening is not None:
+            artifacts.screening = self._put_bytes(
+                run.run, SCREENING_MEMBER, outputs[SCREENING_MEMBER], "application/json"
+            )
+        # Before the commit point below: a retry redoes these, and they are idempotent.
+        trained = metrics.evaluation.trained_batches if metrics.evaluation else []
+        changes = (
+            self.trust.record(run.run, screening, accepted=verdict.accepted, trained=trained, now=now)
+            if self.trust is not None
+            else TrustChanges()
+        )
         report = outputs.get("report.html") or self._debugger_report(described)
         if report is not None:
             artifacts.report = self._put_bytes(run.run, "report.html", report, "text/html; charset=utf-8")
@@ -150,8 +168,14 @@ class Evaluator:
             ],
             artifacts=artifacts,
             model_package_arn=package_arn,
+            screening=metrics.screening,
+            batch_scores=metrics.evaluation.batches if metrics.evaluation else {},
+            held=changes.held,
+            newly_trusted=changes.trusted,
         )
         self._put(data, run.run, "summary.json", summary.model_dump_json(indent=2), "application/json")
+        # Every run on one page (reports/index.html), this one included; links in every message.
+        history.rewrite(self.s3, self.bucket, newest=summary)
         if verdict.accepted:
             # The commit point: from now on the next run starts from this model.
             data.put_text(prefixes.ACCEPTED_MODEL, accepted.model_dump_json(indent=2), "application/json")

@@ -77,7 +77,5 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
         processor=processor,
         context=context,
     )
-    intake.report_closed()
-    if intake.newly_closed:
-        wiring.kick_trigger(settings.trigger_function, "batch closed")
+    intake.finish()
     return response

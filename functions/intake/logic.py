@@ -4,7 +4,7 @@ Per object: classify the key; read and check the file; put it on its pair's reco
 pair is whole, judge it and act: a valid pair is copied to the curated zone, an invalid file is
 moved to quarantine with a `.reason.json` beside it, a duplicate is recorded against its original.
 Nothing leaves the landing zone before its copy is confirmed. The `_COMPLETE` marker closes its
-batch at once.
+batch at once; the sweeper (`functions/sweeper/logic.py`) closes the others after a quiet period.
 """
 
 from __future__ import annotations
@@ -13,29 +13,25 @@ import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes import S3Event
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from functions.common import prefixes
 from functions.common.errors import ConcurrentUpdateError, InvalidEventError, ObjectGoneError, RefusedEventError
 from functions.common.models import S3ObjectEvent, decode_key, written_before
+from functions.data.fates import Bookkeeper
 from functions.data.ledger import Ledger
 from functions.data.models import (
-    BatchStatus,
     FileRecord,
     FileStatus,
     PairRecord,
     PairStatus,
     Side,
 )
-from functions.data.reports import write_report
-from functions.data.storage import DataBucket
 from functions.validation import (
-    FileCheck,
     KeyKind,
     PairResult,
     Reason,
@@ -98,27 +94,17 @@ def parse_notification(body: str) -> list[S3ObjectEvent]:
         raise InvalidEventError(f"S3 record lacks a required field: {exc}") from exc
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-class SweepResult(BaseModel):
-    """What one sweep did."""
-
-    closed: list[str]  # batches closed after their quiet period
-    incomplete: int  # pairs given up on: the lone file quarantined as missing its partner
-    reported: list[str]  # closed batches whose report was (re)written
-
-
-@dataclass
-class Intake:
-    ledger: Ledger
-    bucket: DataBucket
+@dataclass(kw_only=True)
+class Intake(Bookkeeper):
     config: ValidationConfig
-    clock: Callable[[], datetime] = now
     pause: Callable[[float], None] = time.sleep
-    touched: set[str] = field(default_factory=set)  # batches this invocation worked on
-    newly_closed: set[str] = field(default_factory=set)
+
+    def finish(self) -> None:
+        """At the end of an invocation: rewrite the reports of the closed batches it touched, and
+        ask the trigger to look if it closed one (the trigger decides whether a run starts)."""
+        self.report_closed()
+        if self.newly_closed:
+            self.kick("batch closed")
 
     def objects_in(self, message_body: str) -> list[S3ObjectEvent]:
         """The object versions one SQS message of S3 notifications names.
@@ -221,56 +207,6 @@ class Intake:
         # consumed one brings it back to the trigger's list of closed batches.
         self.ledger.touch_batch(batch, self.clock())
         self.touched.add(batch)
-
-    def sweep(self, now: datetime, *, quiet_for: timedelta, incomplete_after: timedelta) -> SweepResult:
-        """Close batches quiet for `quiet_for`; give up on files alone for `incomplete_after`."""
-        for batch in self.ledger.open_batches_quiet_since(now - quiet_for):
-            self._close(batch.batch, "quiet period")
-        stale = self.ledger.pending_pairs_seen_before(now - incomplete_after)
-        for pair in stale:
-            self.expire(pair)
-        return SweepResult(closed=sorted(self.newly_closed), incomplete=len(stale), reported=self.report_closed())
-
-    def report_closed(self) -> list[str]:
-        """Rewrite the report of every closed batch this invocation touched; those batches."""
-        reported = []
-        for batch in sorted(self.touched | self.newly_closed):
-            found = self.ledger.batch(batch)
-            if found is not None and found[0].status is BatchStatus.CLOSED:
-                write_report(batch, self.ledger, self.bucket)
-                reported.append(batch)
-        return reported
-
-    def expire(self, pair: PairRecord) -> None:
-        """Quarantine the lone file of a pair whose partner never came (`incomplete`)."""
-        found = self.ledger.pair(pair.batch, pair.stem)
-        if found is None or found[0].status is not PairStatus.PENDING:
-            return  # judged since the sweeper looked
-        pair, revision = found
-        for role, side in ((Role.IMAGE, pair.image), (Role.LABEL, pair.label)):
-            if side is None:
-                continue
-            code = ReasonCode.MISSING_LABEL if role is Role.IMAGE else ReasonCode.MISSING_IMAGE
-            partner = "label" if role is Role.IMAGE else "image"
-            reason = Reason(
-                code=code,
-                message=(f"no {partner} arrived for {side.check.key} since {pair.first_seen:%Y-%m-%d %H:%M} UTC"),
-                key=side.check.key,
-            )
-            self._quarantine(pair.batch, side.key, side.version, [reason], role=role, check=side.check)
-        self.ledger.put_pair(pair.model_copy(update={"status": PairStatus.INCOMPLETE}), revision + 1)
-        self.touched.add(pair.batch)
-
-    def _close(self, batch: str, reason: str) -> None:
-        found = self.ledger.batch(batch)
-        if found is None or found[0].status is BatchStatus.CLOSED:
-            return
-        record, revision = found
-        closed = record.model_copy(
-            update={"status": BatchStatus.CLOSED, "closed_at": self.clock(), "close_reason": reason}
-        )
-        self.ledger.close_batch(closed, revision)
-        self.newly_closed.add(batch)
 
     # -------------------------------------------------------------- pairs --
     def _pair_up(self, batch: str, stem: str, role: Role, side: Side) -> FileStatus:
@@ -422,73 +358,6 @@ class Intake:
         """Where this version's quarantine copy is, if it was quarantined (its landing copy is
         then gone): a file set aside because of its partner can be judged again with a new one."""
         return _set_aside(self.ledger.file(batch, side.key, side.version))
-
-    def _quarantine(
-        self,
-        batch: str,
-        key: str,
-        version: str,
-        reasons: list[Reason],
-        *,
-        status: FileStatus = FileStatus.QUARANTINED,
-        role: Role | None = None,
-        check: FileCheck | None = None,
-        duplicate_of: str | None = None,
-        destination: str | None = None,
-    ) -> None:
-        """Move one version to quarantine, beside a `.reason.json`; `destination` where its own
-        name is not to be reused (`prefixes.unsafe_quarantine_key`)."""
-        destination = destination or prefixes.quarantine_key(batch, prefixes.relative_to_batch(key))
-        copied = self.bucket.copy(key, None if version == "null" else version, destination)
-        self.bucket.put_json(
-            prefixes.reason_key(destination),
-            {
-                "key": key,
-                "version": version,
-                "status": status.value,
-                "reasons": [reason.model_dump(mode="json") for reason in reasons],
-                "duplicate_of": duplicate_of,
-                "quarantined_at": self.clock().isoformat(),
-            },
-        )
-        self.bucket.remove(key, version)  # only now: the copy above is confirmed
-        self._record(
-            batch,
-            key,
-            version,
-            status,
-            role=role,
-            check=check,
-            reasons=tuple(reasons),
-            destination=destination,
-            destination_version=copied,
-            duplicate_of=duplicate_of,
-        )
-
-    # ------------------------------------------------------------ ledger --
-    def _record(
-        self,
-        batch: str,
-        key: str,
-        version: str,
-        status: FileStatus,
-        *,
-        role: Role | None = None,
-        check: FileCheck | None = None,
-        **details: Any,
-    ) -> None:
-        self.ledger.put_file(
-            FileRecord(
-                batch=batch,
-                key=key,
-                version=version,
-                status=status,
-                role=role,
-                sha256=check.sha256 if check else None,
-                recorded_at=self.clock(),
-                **details,
-            )
-        )
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ class RunLinks(BaseModel):
     training_job: str | None = None
     logs: str | None = None
     execution: str | None = None
+    # reports/index.html: every run, its gate verdict, mIoU over time, batches used and held.
+    history: str | None = None
     batch_reports: list[Link] = Field(default_factory=list)
     more_batches: int = 0
 
@@ -92,6 +94,7 @@ def run_links(
         report=report,
         report_console=s3_console(region, bucket, report_key) if report_key else None,
         run_folder=s3_console(region, bucket, prefixes.run_report_key(run, "")),
+        history=s3_console(region, bucket, f"{prefixes.REPORTS}index.html"),
         training_job=f"{base}/sagemaker/home?region={region}#/jobs/{job_name}" if job_name else None,
         logs=logs,
         execution=f"{base}/states/home?region={region}#/v2/executions/details/{execution_arn}"

@@ -2,8 +2,9 @@
 
 A failed or stopped run gets a `summary.json` of its own here (the failure branch has no
 EvaluateRun), so every run, whatever its end, leaves one under `reports/runs/<run>/`. Slack is
-best effort: no webhook configured, a secret that cannot be read, or Slack being down skips or
-fails the Slack message with one log line, never the run and never the SNS message.
+best effort: no webhook configured, a secret that cannot be read or holds no webhook URL
+(`secret.py`), or Slack being down skips or fails the Slack message with one log line, never the
+run and never the SNS message.
 """
 
 from __future__ import annotations
@@ -11,17 +12,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from functions.common import prefixes
 from functions.common.models import RunContext, RunState
+from functions.common.requests import NotifyRequest
 from functions.common.summary import RunArtifacts, RunSummary
 from functions.data.storage import DataBucket
 from functions.notify import render, slack
 from functions.notify.links import RunLinks, presign_report, run_links
+from functions.notify.secret import SlackSecretError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -30,17 +33,6 @@ if TYPE_CHECKING:
 
 STOPPED_ERRORS = frozenset({"TrainingJobStoppedError", "RunCancelled"})  # RunCancelled: `retrain runs cancel`
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-class NotifyRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    kind: Literal["started", "finished", "failed"]
-    execution: str  # $$.Execution.Name
-    execution_arn: str | None = None  # $$.Execution.Id
-    summary_uri: str | None = None  # finished: EvaluateRun's summary
-    run: RunContext | None = None  # started
-    state: RunState | None = None  # failed: the whole state
 
 
 class Notified(BaseModel):
@@ -54,13 +46,13 @@ class Notified(BaseModel):
 def usable_webhook(url: str | None) -> str | None:
     """Why a webhook URL cannot be used (None: it can): https, or http on loopback (offline)."""
     if not url:
-        return "no Slack webhook is configured (the secret's webhook_url is empty)"
+        return "no Slack webhook is configured (the secret holds no URL yet)"
     parsed = urlparse(url)
     if parsed.scheme == "https" and parsed.hostname:
         return None
     if parsed.scheme == "http" and parsed.hostname in LOOPBACK:
         return None
-    return "the secret's webhook_url is not an https URL"
+    return "the secret's webhook URL is not an https URL"
 
 
 @dataclass(frozen=True)
@@ -104,6 +96,8 @@ class Notifier:
     def _slack(self, message: dict[str, object]) -> slack.SlackOutcome:
         try:
             url = self.webhook()
+        except SlackSecretError as error:
+            return slack.SlackOutcome(delivered=False, skipped=str(error))  # what it must hold, not what it holds
         except Exception as error:
             return slack.SlackOutcome(
                 delivered=False, skipped=f"the Slack secret cannot be read: {type(error).__name__}"

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from functions.common import rules
 from functions.common.prices import estimated_cost
 from functions.common.summary import RunSummary
 from functions.notify.links import RunLinks
@@ -26,6 +27,8 @@ FIELD_LIMIT = 2000
 HEADER_LIMIT = 150
 BUTTON_LIMIT = 75
 MAX_RULE_SECTIONS = 10
+MAX_IMPACT_LINES = 8  # batches whose impact a message lists (the report has them all)
+MOVED = 0.01  # a class moved on a batch when its IoU changed by at least this
 
 HEADLINES = {
     "accepted": "Retraining accepted",
@@ -67,9 +70,17 @@ class _Facts:
     def subject(self) -> str:
         s = self.s
         text = self.headline()
-        if self.outcome in {"accepted", "rejected"} and s.miou is not None:
+        fell = s.gate is not None and (s.gate.miou_change or 0.0) < -s.gate.miou_tolerance
+        if self.outcome == "rejected" and s.gate is not None and s.gate.worse_classes and not fell:
+            # Why it was rejected, not a rise in the mean that did not save it.
+            name, delta = min(s.gate.worse_classes.items(), key=lambda item: item[1])
+            text += f": {name} IoU {delta:+.3f}"
+        elif self.outcome in {"accepted", "rejected"} and s.miou is not None:
             change = s.gate.miou_change if s.gate else None
-            text += f": mIoU {s.miou:.3f}" + (f" ({change:+.3f})" if change is not None else "")
+            miou = s.gate.miou if s.gate and s.gate.miou is not None else s.miou
+            text += f": mIoU {miou:.3f}" + (f" ({change:+.3f})" if change is not None else "")
+        if s.held:
+            text += f", {len(s.held)} batch{'es' if len(s.held) > 1 else ''} held"
         elif self.outcome in {"failed", "stopped"} and s.failed_state:
             text += f" at {s.failed_state}"
         return _cut(f"{text} - {s.dataset_version}", SUBJECT_LIMIT)
@@ -123,47 +134,42 @@ class _Facts:
         ordered = sorted(gate.worse_classes.items(), key=lambda item: item[1])
         return ", ".join(f"{name} {delta:+.3f}" for name, delta in ordered)
 
+    def new_data(self) -> list[str]:
+        """What screening held (with where to look and how to release it), each drop's impact,
+        and the batches that earned trust."""
+        s, lines = self.s, []
+        pictures = f"{self.links.report.url}#new-data" if self.links.report else None
+        for batch, reasons in s.held.items():
+            lines.append(f"{batch}: HELD, left out of this run and of every later dataset version")
+            lines += [f"    {reason}" for reason in reasons[:3]]
+            if pictures:
+                lines.append(f"    its worst pairs, pictured: {pictures}")
+            lines.append(f"    labels right after all? `retrain data release {batch}`")
+        if s.screening is not None and not s.screening.screened:
+            lines.append(f"Not screened: {s.screening.why}")
+        for batch, scores in list(s.batch_scores.items())[:MAX_IMPACT_LINES]:
+            if scores.held or scores.candidate is None:
+                continue
+            line = f"{batch} ({scores.trust}, {scores.val_pairs} validation pairs): mIoU {scores.candidate.miou:.3f}"
+            if scores.accepted is not None:
+                line += f" against the accepted model's {scores.accepted.miou:.3f}"
+                moved = _moved(scores.candidate.per_class_iou, scores.accepted.per_class_iou)
+                line += f"; {moved}" if moved else ""
+            lines.append(line)
+        if s.newly_trusted:
+            lines.append(f"Now trusted (the next gate judges on their validation pairs): {', '.join(s.newly_trusted)}")
+        return lines
+
     def verdict(self) -> list[str]:
         gate = self.s.gate
         return list(gate.reasons) if gate is not None else []
 
     def issues(self) -> list[tuple[str, str]]:
-        return [
-            (rule.name, rule.recommendation or rule.detail or "see the profiling report")
-            for rule in self.s.rules
-            if rule.status == "IssuesFound"
-        ]
-
-    def not_applicable(self) -> list[tuple[str, list[str]]]:
-        """(reason, rule names): the rules with nothing to judge on this run's hosts, by reason.
-
-        Their status is Debugger's NoIssuesFound, but they passed nothing: never counted as fine.
-        """
-        grouped: dict[str, list[str]] = {}
-        for rule in self.s.rules:
-            if not rule.applicable and rule.status == "NoIssuesFound":
-                reason = rule.not_applicable_reason or rule.detail or "nothing to judge"
-                grouped.setdefault(reason, []).append(rule.name)
-        return list(grouped.items())
+        return [(rule.name, rules.advice(rule)) for rule in self.s.rules if rules.verdict(rule) == rules.ISSUES]
 
     def quiet_rules(self) -> str | None:
         """The rules with nothing to say, in one line."""
-        rules = self.s.rules
-        if not rules:
-            return None
-        issues = {name for name, _ in self.issues()}
-        pending = [r.name for r in rules if r.status in {"InProgress", "Stopping"}]
-        errors = [r.name for r in rules if r.status == "Error"]
-        not_applicable = self.not_applicable()
-        skipped = sum(len(names) for _, names in not_applicable)
-        fine = len(rules) - len(issues) - len(pending) - len(errors) - skipped
-        parts = [f"{fine} of {len(rules)} rules found nothing to report"]
-        parts += [f"{', '.join(names)} not applicable on this host: {reason}" for reason, names in not_applicable]
-        if errors:
-            parts.append(f"could not judge: {', '.join(errors)}")
-        if pending:
-            parts.append(f"still evaluating: {', '.join(pending)}")
-        return f"Profiler rules ({self.s.rules_backend}): " + "; ".join(parts)
+        return rules.summary_line(self.s.rules, self.s.rules_backend)
 
     def failure(self) -> tuple[str, str, list[str]] | None:
         s = self.s
@@ -178,6 +184,7 @@ class _Facts:
             ("Profiling report", links.report.url if links.report else links.report_console),
             ("Profiling report (console)", links.report_console if links.report else None),
             ("Run folder", links.run_folder),
+            ("All runs (history)", links.history),
             ("Training job", links.training_job),
             ("Training logs", links.logs),
             ("Step Functions execution", links.execution),
@@ -212,6 +219,9 @@ class _Facts:
         if self.verdict():
             lines += ["", "Quality gate: " + ("accepted" if self.s.gate and self.s.gate.accepted else "rejected")]
             lines += [f"  - {reason}" for reason in self.verdict()]
+        if self.new_data():
+            lines += ["", "New data:"]
+            lines += [f"  {line}" for line in self.new_data()]
         if self.issues():
             lines += ["", "Profiler rules that found issues:"]
             lines += [f"  - {name}: {advice}" for name, advice in self.issues()]
@@ -250,6 +260,8 @@ class _Facts:
             verdict = "accepted" if self.s.gate and self.s.gate.accepted else "rejected"
             text = f"*Quality gate: {verdict}*\n" + "\n".join(f"• {reason}" for reason in self.verdict())
             blocks.append({"type": "section", "text": _mrkdwn(text)})
+        if self.new_data():
+            blocks.append({"type": "section", "text": _mrkdwn("*New data*\n" + "\n".join(self.new_data()))})
         failure = self.failure()
         if failure is not None:
             state, error, cause = failure
@@ -280,6 +292,17 @@ class _Facts:
         if len(blocks) > MAX_BLOCKS:
             blocks = [*blocks[: MAX_BLOCKS - 1], blocks[-1]]
         return {"text": self.subject(), "blocks": blocks}
+
+
+def _moved(new: dict[str, float | None], old: dict[str, float | None]) -> str:
+    """'road +0.052, sky -0.031': the classes whose IoU moved by 0.01 or more, largest first."""
+    changes = [
+        (name, value - before)
+        for name, value in new.items()
+        if value is not None and (before := old.get(name)) is not None
+    ]
+    changes = sorted((c for c in changes if abs(c[1]) >= MOVED), key=lambda c: -abs(c[1]))
+    return ", ".join(f"{name} {delta:+.3f}" for name, delta in changes[:4])
 
 
 def _mrkdwn(text: str, limit: int = SECTION_LIMIT) -> dict[str, str]:

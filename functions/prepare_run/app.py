@@ -6,18 +6,20 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.common import clients, observability
+from functions import wiring
+from functions.common import observability
+from functions.common.requests import RunInput
 from functions.common.settings import PrepareRunSettings, load_settings
-from functions.prepare_run.logic import parse_run_input, prepare_run
 
 logger, tracer, metrics = observability.for_function()
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
+@wiring.busy_is_retryable()
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = load_settings(PrepareRunSettings)
-    with clients.busy_is_retryable():
-        run = prepare_run(parse_run_input(event), s3=clients.s3(), settings=settings)
+    request = RunInput.parse(event)
+    run = wiring.run_preparer(settings).prepare(request)
     logger.info("run prepared", extra=run.model_dump(mode="json"))
     return run.model_dump(mode="json")

@@ -5,64 +5,58 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
-from pydantic import ValidationError
 
 from functions.common import prefixes
-from functions.common.errors import DatasetVersionNotFoundError, InvalidRunInputError
-from functions.common.models import AcceptedModel, RunContext, RunInput
+from functions.common.errors import DatasetVersionNotFoundError
+from functions.common.models import AcceptedModel, RunContext
+from functions.common.requests import RunInput
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-    from functions.common.settings import PrepareRunSettings
 
+@dataclass(frozen=True)
+class RunPreparer:
+    s3: S3Client
+    bucket: str
+    poll_seconds: int  # the first wait of every polling loop of the run
+    poll_max_seconds: int
+    notify_on_start: bool = False
 
-def parse_run_input(event: dict[str, Any]) -> RunInput:
-    """The execution's input (`input`, as the state machine passes it, or the bare input) with
-    the execution's name and start time."""
-    given = event.get("input", event) if isinstance(event.get("input", event), dict) else {}
-    context = {key: event[key] for key in ("execution", "execution_arn", "started_at") if key in event}
-    try:
-        return RunInput.model_validate({**given, **context})
-    except ValidationError as exc:
-        raise InvalidRunInputError(
-            f"the run input must name a dataset version: {exc.errors(include_url=False)}"
-        ) from exc
-
-
-def prepare_run(run: RunInput, *, s3: S3Client, settings: PrepareRunSettings) -> RunContext:
-    bucket = settings.data_bucket
-    key = prefixes.manifest_key(run.dataset_version)
-    try:
-        manifest = s3.get_object(Bucket=bucket, Key=key)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
-            raise DatasetVersionNotFoundError(
-                f"dataset version {run.dataset_version!r} has no manifest at s3://{bucket}/{key}"
-            ) from exc
-        raise
-    lines = [raw for raw in manifest["Body"].iter_lines() if raw.strip()]
-    images = _images(lines)
-    accepted = accepted_model(s3, bucket)
-    new = _new_since(s3, bucket, accepted, images)
-    return RunContext(
-        run=run.execution or run.dataset_version,
-        execution_arn=run.execution_arn,
-        dataset_version=run.dataset_version,
-        manifest_uri=f"s3://{bucket}/{key}",
-        manifest_version_id=manifest.get("VersionId"),
-        pair_count=len(lines),  # a manifest line is one pair
-        new_pairs=len(new),
-        new_batches=sorted({batch for batch, _ in new}),
-        started_at=run.started_at,
-        poll_seconds=settings.poll_seconds,
-        poll_max_seconds=settings.poll_max_seconds,
-        notify_on_start=settings.notify_on_start,
-        accepted=accepted,
-    )
+    def prepare(self, run: RunInput) -> RunContext:
+        bucket = self.bucket
+        key = prefixes.manifest_key(run.dataset_version)
+        try:
+            manifest = self.s3.get_object(Bucket=bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                raise DatasetVersionNotFoundError(
+                    f"dataset version {run.dataset_version!r} has no manifest at s3://{bucket}/{key}"
+                ) from exc
+            raise
+        lines = [raw for raw in manifest["Body"].iter_lines() if raw.strip()]
+        images = _images(lines)
+        accepted = accepted_model(self.s3, bucket)
+        new = _new_since(self.s3, bucket, accepted, images)
+        return RunContext(
+            run=run.execution or run.dataset_version,
+            execution_arn=run.execution_arn,
+            dataset_version=run.dataset_version,
+            manifest_uri=f"s3://{bucket}/{key}",
+            manifest_version_id=manifest.get("VersionId"),
+            pair_count=len(lines),  # a manifest line is one pair
+            new_pairs=len(new),
+            new_batches=sorted({batch for batch, _ in new}),
+            started_at=run.started_at,
+            poll_seconds=self.poll_seconds,
+            poll_max_seconds=self.poll_max_seconds,
+            notify_on_start=self.notify_on_start,
+            accepted=accepted,
+        )
 
 
 def _images(lines: Iterable[bytes]) -> set[tuple[str, str]]:

@@ -1,8 +1,10 @@
-"""Sweeper (scheduled): close quiet batches, give up on pairs whose partner never came."""
+"""Sweeper (scheduled): close quiet batches, give up on pairs whose partner never came.
+
+Its schedule's event carries nothing the sweep needs: there is no request to parse.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -19,14 +21,8 @@ logger, tracer, metrics = observability.for_function()
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = load_settings(SweeperSettings)
-    result = wiring.intake(settings).sweep(
-        datetime.now(UTC),
-        quiet_for=timedelta(seconds=settings.quiet_period_seconds),
-        incomplete_after=timedelta(seconds=settings.incomplete_after_seconds),
-    )
+    result = wiring.sweeper(settings).sweep()
     metrics.add_metric(name="BatchesClosedQuiet", unit="Count", value=len(result.closed))
     metrics.add_metric(name="PairsIncomplete", unit="Count", value=result.incomplete)
-    if result.closed:
-        wiring.kick_trigger(settings.trigger_function, "quiet batches closed")
     logger.info("swept", extra=result.model_dump())
     return result.model_dump()

@@ -7,11 +7,12 @@ find a job even when the state that created it never returned.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from functions.common import prefixes
 from functions.common.errors import (
@@ -22,6 +23,7 @@ from functions.common.errors import (
 )
 from functions.common.models import JobState, RunContext, RunState
 from functions.common.polling import cap_for, next_wait
+from functions.common.requests import CheckTraining, StartTraining, StopTraining
 from functions.training_job.builder import (
     TrainingRun,
     build_training_job_request,
@@ -43,18 +45,6 @@ PENDING_RULES = frozenset({"InProgress", "Stopping"})
 CODE_SHA256_METADATA = "sha256"  # x-amz-meta-sha256 on the uploaded sourcedir.tar.gz
 
 
-class TrainingRequest(BaseModel):
-    """The state machine's input to this function."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    action: Literal["start", "check", "stop"]
-    run: RunContext | None = None
-    job: JobState | None = None
-    # For "stop": the whole state of the failed run (what got that far).
-    state: RunState | None = None
-
-
 class StopOutcome(BaseModel):
     job_name: str | None  # None: no job had been created
     status: str | None = None  # the job's status before the stop
@@ -70,108 +60,123 @@ def job_config(settings: TrainingJobSettings) -> JobConfig:
     return parse_job_config({**config.model_dump(), "hyperparameters": merged})
 
 
-def job_for_run(config: JobConfig, run: RunContext, *, s3: S3Client, bucket: str) -> tuple[JobConfig, TrainingRun]:
-    """The configuration and run this execution's job is built from (warm start included)."""
-    try:
-        head = s3.head_object(Bucket=bucket, Key=prefixes.TRAINER_CODE)
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey"}:
-            raise TrainerCodeMissingError(
-                f"the trainer is not at s3://{bucket}/{prefixes.TRAINER_CODE}: upload it "
-                "(`make upload-trainer STACK=<stack>` after `sam deploy`)"
-            ) from error
-        raise
-    if run.accepted is not None:
-        # Start from the accepted model and score it on this version's validation split.
-        config = config.model_copy(update={"model_s3_uri": run.accepted.weights_prefix_uri})
-    training_run = TrainingRun(
-        dataset_version=run.dataset_version,
-        execution=run.run,
-        code_sha256=head.get("Metadata", {}).get(CODE_SHA256_METADATA),
-        code_s3_uri=f"s3://{bucket}/{prefixes.TRAINER_CODE}",
-    )
-    return config, training_run
+@dataclass(frozen=True)
+class TrainingJobs:
+    """This stack's training jobs: the configuration every job is built from, and where they run."""
 
+    config: JobConfig
+    sagemaker: SageMakerClient
+    s3: S3Client
+    bucket: str
 
-def start(config: JobConfig, run: RunContext, *, sagemaker: SageMakerClient, s3: S3Client, bucket: str) -> JobState:
-    config, training_run = job_for_run(config, run, s3=s3, bucket=bucket)
-    started = start_training_job(build_training_job_request(config, training_run), sagemaker=sagemaker)
-    return JobState(
-        job_name=started.job_name,
-        job_arn=started.job_arn,
-        status="InProgress",
-        wait_seconds=run.poll_seconds,
-        created_at=datetime.now(UTC),
-        already_existed=started.already_existed,
-    )
+    def handle(self, request: StartTraining | CheckTraining | StopTraining) -> JobState | StopOutcome:
+        """What the state asks for: start the run's job, look at it, or stop it after a failure."""
+        match request:
+            case StartTraining():
+                return self.start(request.run)
+            case CheckTraining():
+                return self.check(request.job, run=request.run)
+            case StopTraining():
+                return self.stop_if_started(request.state)
 
-
-def check(job: JobState, *, run: RunContext, sagemaker: SageMakerClient, now: datetime | None = None) -> JobState:
-    """The job as it is now; raises when it failed, was stopped, or is overdue."""
-    described: Any = sagemaker.describe_training_job(TrainingJobName=job.job_name)
-    status = described["TrainingJobStatus"]
-    secondary = described.get("SecondaryStatus")
-    if status == "Failed":
-        raise TrainingJobFailedError(
-            f"training job {job.job_name} failed: {described.get('FailureReason') or 'no reason given'}"
+    def start(self, run: RunContext) -> JobState:
+        config, training_run = self._job_for_run(run)
+        started = start_training_job(build_training_job_request(config, training_run), sagemaker=self.sagemaker)
+        return JobState(
+            job_name=started.job_name,
+            job_arn=started.job_arn,
+            status="InProgress",
+            wait_seconds=run.poll_seconds,
+            created_at=datetime.now(UTC),
+            already_existed=started.already_existed,
         )
-    if status == "Stopped":
-        raise TrainingJobStoppedError(f"training job {job.job_name} was stopped ({secondary}) before it completed")
-    stopping = described.get("StoppingCondition", {})
-    limit = max(stopping.get("MaxRuntimeInSeconds", 86400), stopping.get("MaxWaitTimeInSeconds", 0))
-    created = described.get("CreationTime") or job.created_at or datetime.now(UTC)
-    deadline = created + timedelta(seconds=limit) + GRACE
-    moment = now or datetime.now(UTC)
-    if status in {"InProgress", "Stopping"} and moment > deadline:
-        if status == "InProgress":
-            sagemaker.stop_training_job(TrainingJobName=job.job_name)
-        raise TrainingJobOverdueError(
-            f"training job {job.job_name} was still {status} ({secondary}) at {moment:%Y-%m-%d %H:%M} "
-            f"UTC, {GRACE} past its limit of {limit} s: stopped"
+
+    def check(self, job: JobState, *, run: RunContext, now: datetime | None = None) -> JobState:
+        """The job as it is now; raises when it failed, was stopped, or is overdue."""
+        described: Any = self.sagemaker.describe_training_job(TrainingJobName=job.job_name)
+        status = described["TrainingJobStatus"]
+        secondary = described.get("SecondaryStatus")
+        if status == "Failed":
+            raise TrainingJobFailedError(
+                f"training job {job.job_name} failed: {described.get('FailureReason') or 'no reason given'}"
+            )
+        if status == "Stopped":
+            raise TrainingJobStoppedError(f"training job {job.job_name} was stopped ({secondary}) before it completed")
+        stopping = described.get("StoppingCondition", {})
+        limit = max(stopping.get("MaxRuntimeInSeconds", 86400), stopping.get("MaxWaitTimeInSeconds", 0))
+        created = described.get("CreationTime") or job.created_at or datetime.now(UTC)
+        deadline = created + timedelta(seconds=limit) + GRACE
+        moment = now or datetime.now(UTC)
+        if status in {"InProgress", "Stopping"} and moment > deadline:
+            if status == "InProgress":
+                self.sagemaker.stop_training_job(TrainingJobName=job.job_name)
+            raise TrainingJobOverdueError(
+                f"training job {job.job_name} was still {status} ({secondary}) at {moment:%Y-%m-%d %H:%M} "
+                f"UTC, {GRACE} past its limit of {limit} s: stopped"
+            )
+        pending = sorted(
+            rule["RuleConfigurationName"]
+            for rule in described.get("ProfilerRuleEvaluationStatuses", [])
+            if rule.get("RuleEvaluationStatus") in PENDING_RULES
         )
-    pending = sorted(
-        rule["RuleConfigurationName"]
-        for rule in described.get("ProfilerRuleEvaluationStatuses", [])
-        if rule.get("RuleEvaluationStatus") in PENDING_RULES
-    )
-    phase: Literal["training", "rules", "done"] = (
-        "training" if status != "Completed" else ("rules" if pending else "done")
-    )
-    looked = job.checks + 1
-    return job.model_copy(
-        update={
-            "status": status,
-            "secondary_status": secondary,
-            "phase": phase,
-            "rules_pending": pending,
-            "checks": looked,
-            "wait_seconds": next_wait(run.poll_seconds, looked, cap_for(limit, floor=run.poll_max_seconds)),
-            "created_at": created,
-            "deadline": deadline,
-        }
-    )
+        phase: Literal["training", "rules", "done"] = (
+            "training" if status != "Completed" else ("rules" if pending else "done")
+        )
+        looked = job.checks + 1
+        return job.model_copy(
+            update={
+                "status": status,
+                "secondary_status": secondary,
+                "phase": phase,
+                "rules_pending": pending,
+                "checks": looked,
+                "wait_seconds": next_wait(run.poll_seconds, looked, cap_for(limit, floor=run.poll_max_seconds)),
+                "created_at": created,
+                "deadline": deadline,
+            }
+        )
 
-
-def stop_if_started(
-    config: JobConfig, state: RunState, *, sagemaker: SageMakerClient, s3: S3Client, bucket: str
-) -> StopOutcome:
-    """Stop this execution's job if it exists and still runs (the failure branch's first step)."""
-    if state.job is not None:
-        name = state.job.job_name
-    elif state.run is not None:
+    def stop_if_started(self, state: RunState) -> StopOutcome:
+        """Stop this execution's job if it exists and still runs (the failure branch's first step)."""
+        if state.job is not None:
+            name = state.job.job_name
+        elif state.run is not None:
+            try:
+                name = training_job_name(*self._job_for_run(state.run))
+            except TrainerCodeMissingError:
+                return StopOutcome(job_name=None)  # without code no job can have been created
+        else:
+            return StopOutcome(job_name=None)
         try:
-            name = training_job_name(*job_for_run(config, state.run, s3=s3, bucket=bucket))
-        except TrainerCodeMissingError:
-            return StopOutcome(job_name=None)  # without code no job can have been created
-    else:
-        return StopOutcome(job_name=None)
-    try:
-        status = sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == "ValidationException":
-            return StopOutcome(job_name=None)  # "Requested resource not found": never created
-        raise
-    if status != "InProgress":
-        return StopOutcome(job_name=name, status=status)
-    sagemaker.stop_training_job(TrainingJobName=name)
-    return StopOutcome(job_name=name, status=status, stopped=True)
+            status = self.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ValidationException":
+                return StopOutcome(job_name=None)  # "Requested resource not found": never created
+            raise
+        if status != "InProgress":
+            return StopOutcome(job_name=name, status=status)
+        self.sagemaker.stop_training_job(TrainingJobName=name)
+        return StopOutcome(job_name=name, status=status, stopped=True)
+
+    def _job_for_run(self, run: RunContext) -> tuple[JobConfig, TrainingRun]:
+        """The configuration and run this execution's job is built from (warm start included)."""
+        try:
+            head = self.s3.head_object(Bucket=self.bucket, Key=prefixes.TRAINER_CODE)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey"}:
+                raise TrainerCodeMissingError(
+                    f"the trainer is not at s3://{self.bucket}/{prefixes.TRAINER_CODE}: upload it "
+                    "(`make upload-trainer STACK=<stack>` after `sam deploy`)"
+                ) from error
+            raise
+        config = self.config
+        if run.accepted is not None:
+            # Start from the accepted model and score it on this version's validation split.
+            config = self.config.model_copy(update={"model_s3_uri": run.accepted.weights_prefix_uri})
+        training_run = TrainingRun(
+            dataset_version=run.dataset_version,
+            execution=run.run,
+            code_sha256=head.get("Metadata", {}).get(CODE_SHA256_METADATA),
+            code_s3_uri=f"s3://{self.bucket}/{prefixes.TRAINER_CODE}",
+        )
+        return config, training_run

@@ -12,7 +12,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import wiring
 from functions.common import observability
-from functions.common.models import TriggerInput
+from functions.common.requests import TriggerInput
 from functions.common.settings import TriggerSettings, load_settings
 
 logger, tracer, metrics = observability.for_function()

@@ -10,6 +10,9 @@ started) is taken over, so a lost run cannot block retraining forever.
 A settled batch whose curated pairs are all in a dataset version is consumed (it leaves the
 ledger's list of closed batches), so deciding reads only the batches that may hold new pairs,
 however many came before. A late object brings its batch back (`Ledger.touch_batch`).
+
+Every manifest entry carries its batch's trust (`ManifestEntry.trust`); a held batch is in no
+version until an operator releases it, and its new pairs start nothing.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ from pydantic import BaseModel
 from functions.common import prefixes
 from functions.common.contracts import ManifestEntry, dump_manifest, split_for
 from functions.common.errors import DatasetVersionNotFoundError
-from functions.common.models import TriggerInput
+from functions.common.requests import TriggerInput
 from functions.common.taxonomy import Taxonomy
 from functions.data.ledger import Ledger
-from functions.data.models import BatchRecord, LockRecord, PairRecord, PairStatus
+from functions.data.models import BatchRecord, LockRecord, PairRecord, PairStatus, Trust
 from functions.data.storage import DataBucket
 
 if TYPE_CHECKING:
@@ -111,21 +114,30 @@ class Trigger:
         for batch, revision in self.ledger.closed_batches():
             if (now - batch.last_seen).total_seconds() >= self.policy.settle_seconds:
                 settled[batch.batch], revisions[batch.batch] = batch, revision
+        # Held batches are in no version until an operator releases them (`retrain data release`).
+        trusts = {name: record.trust for name, record in self.ledger.trusts().items()}
+        held = {name for name, trust in trusts.items() if trust is Trust.HELD}
         # New pairs can only be in closed batches not yet consumed: read those batches' pairs alone.
         new = [
             pair
             for name in settled
+            if name not in held
             for pair in self.ledger.pairs(name)
             if pair.status is PairStatus.VALID and pair.dataset_version is None
         ]
         holding_new = {pair.batch for pair in new}
-        self._consume([(settled[name], revisions[name]) for name in settled if name not in holding_new])
+        # A held batch is not consumed either: its pairs are in no version, and its release makes them new.
+        self._consume([(settled[name], revisions[name]) for name in settled if name not in holding_new | held])
         decision = decide(new, settled, now, self.policy)
         if not decision.start:
             return TriggerOutcome(started=None, reason=decision.reason)
         # The manifest is cumulative: only starting a run reads every curated pair there is.
-        curated = [p for p in self.ledger.valid_pairs() if p.batch in settled or p.dataset_version]
-        entries = [self._entry(pair) for pair in sorted(curated, key=lambda p: (p.batch, p.stem))]
+        curated = [
+            p for p in self.ledger.valid_pairs() if (p.batch in settled or p.dataset_version) and p.batch not in held
+        ]
+        entries = [
+            self._entry(pair, trusts.get(pair.batch)) for pair in sorted(curated, key=lambda p: (p.batch, p.stem))
+        ]
         splits = {entry.split for entry in entries}
         if splits != {"train", "val"}:
             # A model can be neither trained nor judged without both: wait for more data.
@@ -207,7 +219,7 @@ class Trigger:
             if error.response.get("Error", {}).get("Code") != "ExecutionAlreadyExists":
                 raise
 
-    def _entry(self, pair: PairRecord) -> ManifestEntry:
+    def _entry(self, pair: PairRecord, trust: Trust | None) -> ManifestEntry:
         assert pair.image is not None and pair.label is not None
         assert pair.image.check.sha256 is not None and pair.label.check.sha256 is not None
         ids = {name: str(index) for index, name in enumerate(self.taxonomy.classes)}
@@ -221,6 +233,7 @@ class Trigger:
             split=split_for(pair.image.check.sha256, self.policy.val_fraction),
             class_pixels={ids[name]: count for name, count in pair.class_pixels.items() if name in ids},
             batch=pair.batch,
+            trust=trust.value if trust is not None else "new",
         )
 
 

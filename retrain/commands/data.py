@@ -1,21 +1,24 @@
 """`retrain data status`, `retrain data audit` and `retrain data purge KEY...`: look at the data,
-check that the bucket, the ledger and the manifests agree, erase it on request.
+check that the bucket, the ledger and the manifests agree, erase it on request. `retrain data
+held`, `release`, `hold` and `benchmark`: which batches' labels are left out of training or judge
+the models, and an operator's say over it.
 
 All three talk to a deployed stack (`--stack NAME`: the bucket and the ledger table from its outputs),
 to the offline stack `retrain local up` runs in another terminal (no flags at all), or to what
 `--bucket` / `--ledger-table` (or `DATA_BUCKET` / `LEDGER_TABLE`) and `--endpoint-url` name.
-The work itself is in `functions/data/` (`status.py`, `audit.py`, `purge.py`).
+The work itself is in `retrain/ops/` (`status.py`, `audit.py`, `purge.py`, `trust.py`).
 
 Exit codes: 0 done (an audit: clean); 1 a KEY matched nothing (the others were still erased), a
-run holds the retraining lock (the purge changed nothing), or the audit found discrepancies; 2
-usage error (a missing option, a KEY that names no image, label or pair, a bucket or table that is
-not there); 3 the erasure was cut short (run the same command again to finish it).
+run holds the retraining lock (the purge changed nothing), the audit found discrepancies, or a
+trust change was refused (no such batch, or its trust does not allow it: nothing changed); 2
+usage error (a missing option, a KEY that names no image, label, pair or batch, a bucket or table
+that is not there); 3 the erasure was cut short (run the same command again to finish it).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -31,14 +34,28 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColum
 from rich.table import Table
 
 from functions.common import clients
-from functions.data.audit import DEFAULT_GRACE_SECONDS, KIND_TITLES, AuditReport, AuditUsageError, Kind, audit
-from functions.data.erasure import PurgeReport, PurgeUsageError
 from functions.data.ledger import Ledger
-from functions.data.models import LockRecord
-from functions.data.purge import LockHeldError, PurgeError, Runs, purge
-from functions.data.status import DataStatus, data_status
+from functions.data.models import LockRecord, Trust
 from retrain import target as targets
-from retrain.local.stack import FAKE_CREDENTIALS, StackOptions
+from retrain.local.cloudformation.stack import FAKE_CREDENTIALS, StackOptions
+from retrain.ops.audit import DEFAULT_GRACE_SECONDS, KIND_TITLES, AuditReport, AuditUsageError, Kind, audit
+from retrain.ops.erasure import PurgeReport, PurgeUsageError
+from retrain.ops.purge import LockHeldError, PurgeError, Runs, purge
+from retrain.ops.status import DataStatus, data_status
+from retrain.ops.trust import (
+    MEANINGS,
+    NEW,
+    TrustChange,
+    TrustEntry,
+    TrustOverview,
+    TrustRefusedError,
+    hold_batch,
+    make_benchmark,
+    release_batch,
+    trust_overview,
+    undo_benchmark,
+    who,
+)
 from retrain.target import StackOption
 
 if TYPE_CHECKING:
@@ -46,7 +63,8 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 app = typer.Typer(
-    help="Look at the intake's data, check that bucket and ledger agree, and erase images on request.",
+    help="Look at the intake's data, check that bucket and ledger agree, erase images on request, "
+    "and decide which batches' labels are trained on.",
     no_args_is_help=True,
 )
 console = Console()
@@ -148,8 +166,8 @@ def status(
     batches: Annotated[int, typer.Option(min=0, help="Show the N most recently active batches (0: all).")] = 20,
     versions: Annotated[int, typer.Option(min=0, help="Show the N newest dataset versions (0: all).")] = 5,
 ) -> None:
-    """Batches and what became of their files, pairs waiting for a partner, the retraining
-    lock, and the newest dataset versions."""
+    """Batches, their labels' trust and what became of their files, pairs waiting for a partner,
+    the retraining lock, and the newest dataset versions."""
     ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
     try:
         found = data_status(ledger, s3, name, batches=batches, versions=versions)
@@ -173,12 +191,13 @@ def _print_status(found: DataStatus) -> None:
     shown = len(found.batches)
     more = f", the {shown} most recently active" if shown < found.batch_count else ""
     table = Table(title=f"Batches ({found.batch_count}{more}; times in UTC)")
-    for column in ("batch", "state", "closed by", "first seen", "last seen", "files", "pairs"):
+    for column in ("batch", "state", "trust", "closed by", "first seen", "last seen", "files", "pairs"):
         table.add_column(column)
     for batch in found.batches:
         table.add_row(
             batch.batch,
             batch.status.value,
+            f"[yellow]{batch.trust}[/yellow]" if batch.trust == Trust.HELD else batch.trust,
             batch.closed_by or "-",
             _when(batch.first_seen),
             _when(batch.last_seen),
@@ -299,6 +318,12 @@ def _print_audit(report: AuditReport) -> None:
         f"({checked.objects_hashed} object versions, {checked.bytes_hashed} bytes hashed).",
         soft_wrap=True,
     )
+    if checked.held_batches:
+        console.print(
+            f"{_batches(checked.held_batches)} held (`retrain data held`): their pairs are curated, and in no "
+            "dataset version frozen since they were held: not a discrepancy.",
+            soft_wrap=True,
+        )
     if checked.expired_by_lifecycle:
         console.print(
             f"{checked.expired_by_lifecycle} recorded versions under quarantine/ are gone as the bucket's "
@@ -348,7 +373,7 @@ def purge_command(
         typer.Argument(
             metavar="KEY",
             help="incoming/<batch>/images/x.jpg, dataset/images/<batch>/x.jpg, "
-            "quarantine/<batch>/..., or <batch>/<stem>.",
+            "quarantine/<batch>/..., <batch>/<stem>, or <batch> (the whole batch, its trust record too).",
             show_default=False,
         ),
     ],
@@ -373,8 +398,9 @@ def purge_command(
         ),
     ] = None,
 ) -> None:
-    """Erase images and their labels everywhere, for erasure requests: every S3 version of the
-    landing, curated and quarantine copies, the ledger's items, and their manifest lines. Holds
+    """Erase images and their labels everywhere, for erasure requests or a held batch nobody
+    wants: every S3 version of the landing, curated and quarantine copies, the ledger's items
+    (a whole batch's trust record too), and their manifest lines. Holds
     the retraining lock while it erases, so no dataset version is frozen meanwhile.
     Exit 0 done, 1 a KEY matched nothing or a run holds the lock (nothing changed), 2 usage error,
     3 cut short (run it again)."""
@@ -448,6 +474,10 @@ def _print_purge(report: PurgeReport) -> None:
             objects.add_row(key, str(versions[key]), str(markers[key]))
         console.print(objects)
         console.print(f"{verb}: {len(report.ledger_items)} ledger items.")
+    for batch in report.batches:
+        gone = f"batch#{batch} trust" in report.ledger_items
+        trust = " with its trust record (`retrain data held` no longer lists it)" if gone else ""
+        console.print(f"{verb} the whole batch {batch}{trust}.", soft_wrap=True)
     for change in report.manifests:
         lines = len(change.entries_removed)
         console.print(
@@ -466,3 +496,166 @@ def _print_purge(report: PurgeReport) -> None:
         errors.print(f"[red]still there:[/red] {left.key} ({left.version_id})", soft_wrap=True)
     if report.dry_run:
         console.print("Dry run: nothing was changed.")
+
+
+# ------------------------------------------------------------------ trust --
+BatchArgument = Annotated[str, typer.Argument(metavar="BATCH", help="The batch's name.", show_default=False)]
+ReasonOption = Annotated[
+    str | None,
+    typer.Option("--reason", metavar="TEXT", help="Why: kept in the ledger, shown by `retrain data held`."),
+]
+
+
+@app.command()
+def held(
+    *,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    bucket: BucketOption = None,
+    ledger_table: LedgerOption = None,
+    region: RegionOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Batches held out of every dataset version (by a run's screening or an operator), with
+    when and why; batches released by an operator; the team's benchmark batches."""
+    ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    try:
+        found = trust_overview(ledger)
+    except (ClientError, BotoCoreError) as error:
+        _fail(f"cannot read the ledger: {error}", 2)
+    if as_json:
+        print(found.model_dump_json(indent=2))
+        return
+    _print_held(found)
+
+
+def _print_held(found: TrustOverview) -> None:
+    # Lines, not a table: run names and reasons stay whole, to be read and copied.
+    if found.held:
+        _print_trusts(found.held, MEANINGS[Trust.HELD], "held")
+        console.print("Let one in with `retrain data release BATCH`, or erase it with `retrain data purge BATCH`.")
+    else:
+        console.print("No batch is held: every curated batch is in the next dataset version.")
+    if found.released:
+        _print_trusts(found.released, MEANINGS[Trust.RELEASED], "released")
+    if found.benchmark:
+        _print_trusts(found.benchmark, MEANINGS[Trust.BENCHMARK], "benchmark")
+    console.print(
+        f"Trusted: {_batches(found.trusted)}. New: {_batches(found.new)}. "
+        "(`retrain data status` shows every batch's trust.)",
+        soft_wrap=True,
+    )
+
+
+def _print_trusts(entries: list[TrustEntry], meaning: str, title: str) -> None:
+    console.print(f"[bold]{title.capitalize()} ({len(entries)})[/bold]: {meaning}.", soft_wrap=True)
+    verb = {"held": "held", "released": "released", "benchmark": "named"}[title]
+    for entry in entries:
+        pairs = f"{entry.pairs} curated {'pair' if entry.pairs == 1 else 'pairs'}"
+        console.print(
+            f"  [bold]{escape(entry.batch)}[/bold]: {pairs}; {verb} by {escape(who(entry.by, entry.run))}, "
+            f"{_when(entry.at)} UTC",
+            soft_wrap=True,
+        )
+        for reason in entry.reasons:
+            console.print(f"    - {escape(reason)}", soft_wrap=True, highlight=False)
+        if entry.run_report and entry.trust is Trust.HELD:
+            console.print(f"    what screening found: {escape(entry.run_report)}report.html", soft_wrap=True)
+
+
+def _batches(count: int) -> str:
+    return f"{count} {'batch' if count == 1 else 'batches'}"
+
+
+@app.command()
+def release(
+    batch: BatchArgument,
+    *,
+    reason: ReasonOption = None,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    bucket: BucketOption = None,
+    ledger_table: LedgerOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Let a held batch in: the next run trains on it; it is still screened and reported, and
+    never held again automatically. Exit 1: no such batch, or it is not held."""
+    ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    change = _change(lambda: release_batch(ledger, batch, reason=reason))
+    console.print(f"Released {escape(batch)}: the next run includes it ({MEANINGS[Trust.RELEASED]}).", soft_wrap=True)
+    if change.running:
+        console.print(
+            f"Run {change.running}, running now, keeps what it has: the release counts from the next run.",
+            soft_wrap=True,
+        )
+
+
+@app.command()
+def hold(
+    batch: BatchArgument,
+    *,
+    reason: ReasonOption = None,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    bucket: BucketOption = None,
+    ledger_table: LedgerOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Hold a batch by hand: every dataset version from the next run on leaves it out, until it
+    is released or purged. Exit 1: no such batch, or it is held already or a benchmark."""
+    ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    change = _change(lambda: hold_batch(ledger, batch, reason=reason))
+    console.print(
+        f"Held {escape(batch)} (it was {change.before}): every run from the next on leaves it out of its "
+        "dataset version, until `retrain data release` or `retrain data purge`.",
+        soft_wrap=True,
+    )
+    running = f" (run {change.running} holds the retraining lock now)" if change.running else ""
+    console.print(
+        f"A run already running still uses it{running}: its dataset version was frozen before.", soft_wrap=True
+    )
+
+
+@app.command()
+def benchmark(
+    batch: BatchArgument,
+    *,
+    undo: Annotated[
+        bool, typer.Option("--undo", help="Make a benchmark batch a new batch again (screened, trained on).")
+    ] = False,
+    stack: StackOption = None,
+    endpoint_url: EndpointOption = None,
+    bucket: BucketOption = None,
+    ledger_table: LedgerOption = None,
+    region: RegionOption = None,
+) -> None:
+    """Name a batch part of the team's benchmark: never trained on, always in the quality gate,
+    from the next run on. Exit 1: no such batch, or it is held (release it first) or a benchmark
+    already (with --undo: it is not one)."""
+    ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    if undo:
+        _change(lambda: undo_benchmark(ledger, batch))
+        console.print(f"{escape(batch)} is a new batch again: {MEANINGS[NEW]}.", soft_wrap=True)
+        return
+    change = _change(lambda: make_benchmark(ledger, batch))
+    console.print(
+        f"{escape(batch)} is part of the team's benchmark from the next run on: never trained on, always in "
+        "the quality gate.",
+        soft_wrap=True,
+    )
+    if change.before in {Trust.TRUSTED, Trust.RELEASED}:
+        console.print(
+            "Models trained until now saw its labels: until a model trained without it is accepted, "
+            "the accepted model's benchmark scores flatter it.",
+            soft_wrap=True,
+        )
+
+
+def _change(work: Callable[[], TrustChange]) -> TrustChange:
+    """An operator's trust change: refused (exit 1, nothing changed) or failed (exit 2) said plainly."""
+    try:
+        return work()
+    except TrustRefusedError as error:
+        _fail(f"{error}: nothing was changed", 1)
+    except (ClientError, BotoCoreError) as error:
+        _fail(f"cannot change the ledger: {error}", 2)

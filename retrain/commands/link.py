@@ -22,7 +22,7 @@ from rich.console import Console
 from functions.common import clients, prefixes
 from retrain import target as targets
 from retrain.commands.data import LOOPBACK, BucketOption, EndpointOption, RegionOption
-from retrain.local.stack import FAKE_CREDENTIALS, StackOptions
+from retrain.local.cloudformation.stack import FAKE_CREDENTIALS, StackOptions
 from retrain.target import StackOption
 
 MAX_SECONDS = 7 * 24 * 3600  # what S3 accepts for a presigned URL (signature version 4)

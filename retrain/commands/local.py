@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,9 +13,9 @@ import typer
 from rich.console import Console
 
 from retrain.local import discovery
-from retrain.local.poller import DELIVERIES, Delivery
-from retrain.local.stack import OfflineStack, StackOptions, StackOptionsError
-from retrain.local.template import TemplateError
+from retrain.local.cloudformation.stack import OFFLINE_TRAINING, OfflineStack, StackOptions, StackOptionsError
+from retrain.local.cloudformation.template import TemplateError, load_template
+from retrain.local.lambda_runtime.poller import DELIVERIES, Delivery
 
 app = typer.Typer(help="Run the system offline: moto, the real functions and state machine.")
 console = Console()
@@ -77,6 +78,29 @@ def _print_slack(message: dict[str, Any]) -> None:
     )
 
 
+def training_settings(options: StackOptions) -> list[str]:
+    """What the stack's training jobs run with, and why not with a deployed stack's defaults."""
+    declared = load_template(options.template).parameters
+    deployed = {name: str(declared[name].get("Default", "")) for name in OFFLINE_TRAINING}
+    used = {name: options.parameters.get(name, default) for name, default in deployed.items()}
+
+    def settings(values: dict[str, str]) -> str:
+        flags = values["TrainingExtraHyperparameters"]
+        return (
+            f"{values['TrainingInstanceCount']} x {values['TrainingInstanceType']}, {values['TrainingEpochs']} "
+            f"epochs, crop {values['TrainingCrop']}, width {values['TrainingWidth']}, batch "
+            f"{values['TrainingBatchSize']}" + ("" if flags == "{}" else f", trainer flags {flags}")
+        )
+
+    if used == deployed:
+        return [f"training jobs    {settings(used)} (a deployed stack's defaults)"]
+    return [
+        f"training jobs    {settings(used)}",
+        f"                 instead of a deployed stack's {settings(deployed)}: a job here is torchrun on this "
+        "machine's CPU, on small images, and should end in minutes (change with --param, e.g. TrainingEpochs=10)",
+    ]
+
+
 def describe(stack: OfflineStack) -> str:
     """What a user needs to talk to the stack from another terminal (unwrapped, to copy)."""
     outputs = stack.created.outputs
@@ -100,6 +124,7 @@ def describe(stack: OfflineStack) -> str:
         f"functions        {', '.join(sorted(stack.runtime.functions))}",
         f"Lambda           {lambdas}",
         f"SQS delivery     {delivery}",
+        *training_settings(options),
         f"Slack webhook    {'a loopback receiver (its URL is in the stack secret)' if stack.slack else 'off'}",
         "",
         "Drop a labeled batch in (any credentials work offline):",
@@ -124,7 +149,7 @@ def up(  # noqa: PLR0917 (a command's options are its parameters)
             mode="server",
             port=port,
             tick_seconds=tick_seconds,
-            parameters=_parse_params(param),
+            parameters={**OFFLINE_TRAINING, **_parse_params(param)},
             lambda_concurrency=lambda_concurrency,
             delivery=_delivery(delivery),
             delivery_seed=delivery_seed,
@@ -194,7 +219,8 @@ def demo(  # noqa: PLR0917 (a command's options are its parameters)
         count=count, size=parse_size(size), epochs=epochs, processes=processes, out=out, timeout=timeout
     )
     try:
-        result = Demo(options, console).run()
+        # A console of its own on this stdout: the functions' output goes elsewhere while they run.
+        result = Demo(options, Console(file=sys.stdout)).run()
     except TemplateError as exc:
         console.print(f"[red]cannot start the offline stack:[/red] {exc}")
         raise typer.Exit(2) from exc

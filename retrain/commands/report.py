@@ -24,6 +24,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from functions.common import rules
+from functions.common.rules import parse_rules_file
 from trainer.profiling import report, rerender
 
 errors = Console(stderr=True)
@@ -128,9 +130,10 @@ def _summary(rendered: rerender.Rendered) -> None:
         "re-evaluated": "re-evaluated with the run's parameters",
         "defaults": "evaluated with the default parameters",
     }[rendered.verdicts]
-    issues = [result.name for result in rendered.results if result.status == "IssuesFound"]
-    found = f"issues: {', '.join(issues)}" if issues else "no issues"
-    skipped = [result.name for result in rendered.results if not result.applicable]
-    if skipped:
-        found += f"; not applicable on this host: {', '.join(skipped)}"
-    errors.print(Text(f"{len(rendered.results)} rules ({how}); {found}"), soft_wrap=True)
+    # The same words as the run's notification (functions/common/rules.py).
+    found = parse_rules_file(json.dumps(report.rules_document(rendered.results))).rules
+    issues = [rule.name for rule in found if rules.verdict(rule) == rules.ISSUES]
+    line = rules.summary_line(found, "builtin") or "no rules"
+    if issues:
+        line += f"; issues found: {', '.join(issues)}"
+    errors.print(Text(f"{line} ({how})"), soft_wrap=True)

@@ -15,9 +15,10 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
+from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.table import Table
@@ -29,6 +30,7 @@ from functions.data.storage import DataBucket
 from functions.notify import render
 from functions.notify.links import run_links
 from functions.notify.logic import Notifier
+from functions.notify.secret import SlackWebhookSecret
 from functions.trigger.logic import Trigger, TriggerPolicy
 from retrain import target as targets
 from retrain.runs import RunNotFoundError, RunNotRunningError, Runs
@@ -204,15 +206,7 @@ def cancel(
 
 
 def _notifier(target: StackTarget, runs: Runs) -> Notifier:
-    secrets = target.client("secretsmanager")
-    secret_arn = target.outputs.get("SlackWebhookSecretArn", "")
-
-    def webhook() -> str | None:
-        if not secret_arn:
-            return None
-        secret: Any = json.loads(secrets.get_secret_value(SecretId=secret_arn)["SecretString"] or "{}")
-        return str(secret.get("webhook_url") or "") or None
-
+    secrets = SecretsProvider(boto3_client=target.client("secretsmanager"))
     return Notifier(
         s3=runs.s3,
         sns=target.client("sns"),
@@ -221,7 +215,7 @@ def _notifier(target: StackTarget, runs: Runs) -> Notifier:
         topic_arn=target.output("NotificationTopicArn"),
         region=target.region,
         report_reader_role_arn="",  # a stopped run has no report to link to
-        webhook=webhook,
+        webhook=SlackWebhookSecret(secrets, target.outputs.get("SlackWebhookSecretArn", "")),
     )
 
 

@@ -6,7 +6,8 @@ intake's verdict on every object, the batch closing and its report, the dataset 
 the FSx import, the training job's epochs (read from its CloudWatch log stream, as one watches a
 SageMaker job), the profiler rules, the evaluation and the quality gate's decision, and the
 messages sent to the team. It ends with where to look: the run's files copied to a local folder
-(the report opens in a browser straight from disk) and their `s3://` locations.
+(the report opens in a browser straight from disk), their `s3://` locations, and the file that
+holds what the functions logged (their JSON logs and EMF metrics, kept out of the story).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import tempfile
 import time
 import warnings
@@ -24,20 +24,30 @@ from typing import Any
 
 from PIL import Image
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
-from functions.common import prefixes
+from functions.common import prefixes, rules
 from functions.common.contracts import parse_manifest
 from functions.common.models import RunState
 from functions.common.summary import RunSummary
+from retrain.local.cloudformation.stack import OFFLINE_TRAINING, TERMINAL, OfflineStack, StackOptions
 from retrain.local.notifications import TopicInbox
-from retrain.local.stack import TERMINAL, OfflineStack, StackOptions
+from retrain.runs import run_state
 from retrain.synth import write_scenes
 
 FINAL = {"curated", "quarantined", "duplicate", "superseded", "marker"}
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 BROKEN = 5  # objects the demo breaks on purpose (see `_files`)
+VERDICT_STYLES = {rules.ISSUES: "yellow", rules.PASSED: "green", rules.NOT_APPLICABLE: "dim", rules.ERROR: "red"}
 
 
 @dataclass(frozen=True)
@@ -52,21 +62,17 @@ class DemoOptions:
     def parameters(self) -> dict[str, str]:
         """The stack's template parameters for a demo: a run starts as soon as the batch closes
         (production: 500 pairs or 6 hours, and a minute for late events to settle), and trains
-        for real in about a minute: CPU hosts, a narrow model, small crops."""
+        for real in about a minute (`OFFLINE_TRAINING`: CPU hosts, a narrow model, small crops)."""
         width, height = self.size
-        crop = f"{max(32, width // 2)}x{max(32, height // 2)}"
         return {
+            **OFFLINE_TRAINING,
             "MinNewPairs": "1",
             "SettleSeconds": "0",
             "PollSeconds": "1",
             "PollMaxSeconds": "2",
-            "TrainingInstanceType": "ml.m5.xlarge",
             "TrainingInstanceCount": str(self.processes),
             "TrainingEpochs": str(self.epochs),
-            "TrainingWidth": "0.25",
-            "TrainingBatchSize": "4",
-            "TrainingCrop": crop,
-            "TrainingExtraHyperparameters": '{"workers": 0}',
+            "TrainingCrop": f"{max(32, width // 2)}x{max(32, height // 2)}",
         }
 
 
@@ -81,6 +87,9 @@ class DemoResult:
 
 
 class Demo:
+    """`console` is bound to its stream (`Console(file=...)`): while a function runs in this
+    process, `sys.stdout` is the functions' log (`StackOptions.function_log`)."""
+
     def __init__(self, options: DemoOptions, console: Console) -> None:
         self.options = options
         self.console = console
@@ -88,13 +97,13 @@ class Demo:
         self._run = ""
 
     def run(self) -> DemoResult:
-        # Functions log JSON at INFO on AWS; here the stages below say what happened.
-        quiet = {"POWERTOOLS_LOG_LEVEL": "WARNING", "POWERTOOLS_METRICS_DISABLED": "true"}
         logging.getLogger("moto").setLevel(logging.CRITICAL)
-        # Powertools flushes metrics after the handler, reading the process's environment then.
-        os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
         warnings.filterwarnings("ignore", message="No application metrics to publish")
-        options = StackOptions(mode="server", parameters=self.options.parameters(), function_environment=quiet)
+        batch = time.strftime("demo-%Y%m%d-%H%M%S")
+        # The functions log and emit metrics as on AWS (JSON lines on stdout, which CloudWatch
+        # Logs keeps); that goes to this file, and the stages below say what happened.
+        self.function_log = (self.options.out / "logs" / f"{batch}.log").resolve()
+        options = StackOptions(mode="server", parameters=self.options.parameters(), function_log=self.function_log)
         started = time.monotonic()
         self._stage("Starting the offline stack (moto, the real functions and state machine, emulated FSx/SageMaker)")
         with OfflineStack(options) as stack:
@@ -102,7 +111,9 @@ class Demo:
             self.bucket = stack.created.outputs["DataBucketName"]
             self.console.print(f"  AWS endpoint {stack.endpoint_url}, data bucket s3://{self.bucket}", soft_wrap=True)
             inbox = stack.topic_inbox("demo-inbox")
-            result = self._play(inbox)
+            result = self._play(batch, inbox)
+        if result.run is None:  # "Where to look" names it otherwise
+            self.console.print(f"  What the functions logged: {self.function_log}", soft_wrap=True)
         self.console.print(
             f"Offline stack stopped; nothing left running. The demo took {time.monotonic() - started:.0f} s."
         )
@@ -112,8 +123,7 @@ class Demo:
     def _stage(self, text: str) -> None:
         self.console.print(f"\n[bold cyan]>[/bold cyan] [bold]{text}[/bold]", soft_wrap=True)
 
-    def _play(self, inbox: TopicInbox) -> DemoResult:
-        batch = time.strftime("demo-%Y%m%d-%H%M%S")
+    def _play(self, batch: str, inbox: TopicInbox) -> DemoResult:
         with tempfile.TemporaryDirectory() as folder:
             files = self._draw(Path(folder))
             keys = self._upload(batch, files)
@@ -144,7 +154,8 @@ class Demo:
     def _draw(self, folder: Path) -> list[tuple[str, bytes]]:
         count, size = self.options.count, self.options.size
         self._stage(f"Drawing {count} synthetic street scenes ({size[0]}x{size[1]}), {BROKEN} of the files broken")
-        with self.console.status("drawing scenes"):
+        with self._progress(spinner=True) as progress:
+            progress.add_task("drawing scenes", total=None)
             pairs = write_scenes(folder, count=count, size=size, seed=0)
         files = _files(pairs)
         self.console.print(
@@ -168,9 +179,15 @@ class Demo:
         self.console.print(f"  {len(keys)} objects, the last one the batch's _COMPLETE marker")
         return keys
 
-    def _progress(self) -> Progress:
-        columns = (TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        return Progress(*columns, console=self.console, transient=True)
+    def _progress(self, *, spinner: bool = False) -> Progress:
+        """A bar (or a spinner) that leaves sys.stdout alone: rich's live displays take it over in
+        a terminal, and a function running in this process swaps it for the functions' log; two
+        threads swapping one stream would leave it pointing at the wrong place."""
+        if spinner:
+            columns: tuple[ProgressColumn, ...] = (SpinnerColumn(), TextColumn("{task.description}"))
+        else:
+            columns = (TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        return Progress(*columns, console=self.console, transient=True, redirect_stdout=False)
 
     def _intake(self, batch: str, keys: list[str]) -> dict[str, dict[str, Any]]:
         self._stage("Intake: S3 event -> SQS -> intake Lambda validates every object -> ledger")
@@ -248,7 +265,8 @@ class Demo:
         sfn = self.stack.aws.stepfunctions
         machine = self.stack.ref("RetrainStateMachine")
         deadline = time.monotonic() + 60
-        with self.console.status("  waiting for the trigger to freeze a dataset version and start a run"):
+        with self._progress(spinner=True) as progress:
+            progress.add_task("waiting for the trigger to freeze a dataset version and start a run", total=None)
             while time.monotonic() < deadline:
                 runs = sfn.list_executions(stateMachineArn=machine)["executions"]
                 if runs:
@@ -279,7 +297,7 @@ class Demo:
                 job = self._narrate(event, job) or job
                 exited = event.get("stateExitedEventDetails")
                 if exited and exited["name"] == "Check the training job":
-                    state = _state(exited.get("output"))
+                    state = run_state(exited.get("output")) or RunState()
                     if state.job is not None and (state.job.status, state.job.secondary_status) != last_status:
                         last_status = (state.job.status, state.job.secondary_status)
                         self.console.print(f"  training job {state.job.status} ({state.job.secondary_status})")
@@ -307,7 +325,7 @@ class Demo:
         exited = event.get("stateExitedEventDetails")
         if not exited:
             return None
-        name, state = exited["name"], _state(exited.get("output"))
+        name, state = exited["name"], run_state(exited.get("output")) or RunState()
         run = state.run
         if name == "Check that the dataset version exists" and run is not None:
             self._stage(f"Dataset version {run.dataset_version} frozen; retraining run {run.run} started")
@@ -361,6 +379,21 @@ class Demo:
                 f"  the accepted model on this validation split: mIoU {float(values['baseline_miou']):.3f}"
             )
 
+    def _screening(self, summary: RunSummary) -> None:
+        """The run's first phase: the accepted model's verdict on the new batches' labels."""
+        screening = summary.screening
+        if screening is None:
+            return
+        if not screening.screened:
+            self.console.print(f"  label screening: {screening.why} (every batch is trained on)")
+            return
+        self.console.print(
+            f"  label screening: {len(screening.held)} batch(es) held: {', '.join(screening.held) or 'none'}"
+        )
+        for batch, reasons in summary.held.items():
+            self.console.print(f"    [yellow]{batch}[/yellow]: {reasons[0] if reasons else 'held'}", soft_wrap=True)
+            self.console.print(f"      let it in if its labels are right: retrain data release {batch}")
+
     def _summary(self, run: str) -> RunSummary | None:
         key = prefixes.run_report_key(run, "summary.json")
         document = self._wait_json(key, lambda doc: True, timeout=10)
@@ -368,6 +401,7 @@ class Demo:
             self.console.print(f"  [red]run {run} wrote no summary.json[/red]")
             return None
         summary = RunSummary.model_validate(document)
+        self._screening(summary)
         if summary.gate is not None:
             verdict = "[green]accepted[/green]" if summary.gate.accepted else "[yellow]rejected[/yellow]"
             change = f" ({summary.gate.miou_change:+.3f})" if summary.gate.miou_change is not None else ""
@@ -383,14 +417,9 @@ class Demo:
             for column in ("rule", "verdict", "what to do"):
                 table.add_column(column, overflow="fold")
             for rule in summary.rules:
-                if not rule.applicable and rule.status == "NoIssuesFound":
-                    # Debugger's NoIssuesFound, but nothing was judged: no green pass.
-                    reason = rule.not_applicable_reason or rule.detail or "nothing to judge"
-                    table.add_row(rule.name, "[dim]not applicable[/dim]", f"not applicable on this host: {reason}")
-                    continue
-                colour = "yellow" if rule.status == "IssuesFound" else "green" if rule.status == "NoIssuesFound" else ""
-                verdict = f"[{colour}]{rule.status}[/{colour}]" if colour else rule.status
-                table.add_row(rule.name, verdict, rule.recommendation if rule.status == "IssuesFound" else "")
+                # The notification's words (functions/common/rules.py), in the notification's colours.
+                said = rules.verdict(rule)
+                table.add_row(rule.name, f"[{VERDICT_STYLES.get(said, 'bold')}]{said}[/]", rules.advice(rule))
             self.console.print(table)
         return summary
 
@@ -440,6 +469,8 @@ class Demo:
                 continue
             location = f"  (s3://{self.bucket}/{key})" if key else ""
             self.console.print(f"  {what:<31} {path}{location}", soft_wrap=True)
+        logs = "Lambda logs and EMF metrics"
+        self.console.print(f"  {logs:<31} {self.function_log}  (on AWS: CloudWatch Logs)", soft_wrap=True)
         if report_path.exists():
             self.console.print(f"\n  Open the report in a browser: [bold]{report_path.as_uri()}[/bold]", soft_wrap=True)
         if report is not None:
@@ -473,13 +504,6 @@ class _LogTail:
         except self._logs.exceptions.ResourceNotFoundException:
             return []  # the stream appears with the job's first flush
         return lines
-
-
-def _state(output: str | None) -> RunState:
-    try:
-        return RunState.model_validate(json.loads(output or "{}"))
-    except ValueError:
-        return RunState()
 
 
 def _files(pairs: list[tuple[Path, Path]]) -> list[tuple[str, bytes]]:

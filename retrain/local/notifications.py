@@ -3,9 +3,9 @@
 `SlackReceiver` is a real HTTP server on 127.0.0.1 that answers like Slack's incoming webhooks
 (200 "ok" to a JSON body with `text` or `blocks`, 400 "invalid_payload" otherwise) and keeps every
 message. Tests make it misbehave the ways Slack can: refuse to answer, answer 5xx or 429 with
-Retry-After, or answer slowly. `TopicInbox` subscribes a queue to the notification topic, as an
-e-mail subscription would receive it, and hands each message to a callback (`retrain local up`
-prints them).
+Retry-After, or answer slowly. `TopicInbox` subscribes a queue to the notification topic and
+returns what arrived, as an e-mail subscriber would receive it (`retrain local up` prints it, the
+demo tells it, tests read it: `OfflineStack.topic_inbox()`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from urllib.parse import unquote
 import pytest
 
 from functions.common import clients
-from retrain.local import lambdas
+from retrain.local.lambda_runtime import lambdas
 from tests.iam import Need
 
 

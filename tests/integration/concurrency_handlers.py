@@ -44,3 +44,10 @@ def call_other_services(event: dict[str, Any], context: Any) -> dict[str, Any]:
         "other_failed": "FunctionError" in answer,
         "file_systems": [fs["FileSystemId"] for fs in file_systems],
     }
+
+
+def exit_when_asked(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Ends its process mid-invocation when the event says so, as a crash in native code would."""
+    if "exit_status" in event:
+        os._exit(int(event["exit_status"]))
+    return {"pid": os.getpid()}

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from retrain.local.stack import OfflineStack, StackOptions
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 
 # Short enough to see redelivery and the dead-letter queue within a test.
 FAST_QUEUE = {

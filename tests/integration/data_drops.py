@@ -15,7 +15,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from retrain.cli import app
-from retrain.local.stack import OfflineStack
+from retrain.local.cloudformation.stack import OfflineStack
 from retrain.synth import draw_scene
 
 SIZE = (96, 48)

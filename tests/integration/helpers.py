@@ -1,4 +1,7 @@
-"""What tests do to the offline stack: add functions and machines, read what the team was told."""
+"""What tests do to the offline stack: add functions and machines, run them, look into a queue.
+
+What the team was told: `OfflineStack.topic_inbox()`.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from retrain.local.lambdas import FunctionSpec
-from retrain.local.resources import substitute_definition
-from retrain.local.stack import OfflineStack
+from retrain.local.cloudformation.resources import substitute_definition
+from retrain.local.cloudformation.stack import OfflineStack
+from retrain.local.lambda_runtime.contract import FunctionSpec
 
 MACHINES = Path(__file__).parent / "machines"
 
@@ -40,22 +43,6 @@ def run_machine(stack: OfflineStack, machine_arn: str, name: str, payload: dict[
         stateMachineArn=machine_arn, name=name, input=json.dumps(payload)
     )
     return stack.wait_for_execution(execution["executionArn"], timeout=60)
-
-
-class TopicInbox:
-    """An SQS queue subscribed to a topic: what SNS really delivered, in order."""
-
-    def __init__(self, stack: OfflineStack, topic_arn: str) -> None:
-        self._sqs = stack.aws.sqs
-        self._url = self._sqs.create_queue(QueueName="test-topic-inbox")["QueueUrl"]
-        queue_arn = self._sqs.get_queue_attributes(QueueUrl=self._url, AttributeNames=["QueueArn"])["Attributes"][
-            "QueueArn"
-        ]
-        stack.aws.sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
-
-    def messages(self) -> list[dict[str, Any]]:
-        received = self._sqs.receive_message(QueueUrl=self._url, MaxNumberOfMessages=10).get("Messages", [])
-        return [json.loads(message["Body"]) for message in received]
 
 
 def queue_depth(stack: OfflineStack, logical_id: str) -> int:

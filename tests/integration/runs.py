@@ -7,7 +7,7 @@ from functools import cache
 from typing import Any
 
 from functions.common.contracts import split_for
-from retrain.local.stack import OfflineStack
+from retrain.local.cloudformation.stack import OfflineStack
 from tests.integration.data_drops import drain, executions, scene, upload, upload_pair, wait_until
 
 RUN_TIMEOUT = 300  # seconds: a tiny job on two emulated hosts takes well under a minute here

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from functions.common.contracts import parse_manifest, split_for
-from retrain.local.stack import OfflineStack
+from retrain.local.cloudformation.stack import OfflineStack
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,
     drain,

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from retrain.local.lambdas import FunctionSpec, Invocation
-from retrain.local.stack import OfflineStack, StackOptions, StackOptionsError
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions, StackOptionsError
+from retrain.local.lambda_runtime.contract import FunctionSpec
+from retrain.local.lambda_runtime.lambdas import Invocation
 from tests.integration.conftest import DATA
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,
@@ -64,7 +65,7 @@ def worker_children() -> set[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue  # it ended while we looked
-        if int(fields[1]) == os.getpid() and b"retrain.local.workers" in cmdline:
+        if int(fields[1]) == os.getpid() and b"retrain.local.lambda_runtime.worker_process" in cmdline:
             found.add(int(stat.parent.name))
     return found
 
@@ -159,6 +160,20 @@ def test_in_a_worker_errors_are_named_by_their_class_and_a_timeout_stops_the_pro
     assert not Path(f"/proc/{late.worker}").exists(), "the timed-out environment is gone"
     assert not after.failed
     assert after.worker != late.worker, "the next call started a fresh environment"
+
+
+def test_a_worker_that_dies_mid_invocation_fails_it_as_lambda_would_and_the_next_call_starts_afresh(
+    workers: OfflineStack,
+) -> None:
+    add_function(workers, "crashing", "exit_when_asked")
+
+    crashed = workers.runtime.invoke("crashing", {"exit_status": 3})
+    after = workers.runtime.invoke("crashing", {})
+
+    assert crashed.error_type == "Runtime.ExitError"
+    assert crashed.payload["errorMessage"].endswith("Runtime exited with error: exit status 3")
+    assert not after.failed
+    assert after.worker != crashed.worker, "the dead environment was not handed out again"
 
 
 def test_stopping_the_stack_ends_every_worker_busy_or_idle(tmp_path: Path) -> None:

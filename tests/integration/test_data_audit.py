@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from functions.common.contracts import parse_manifest
-from functions.data.audit import Kind, audit
 from functions.data.ledger import Ledger
-from functions.data.status import utc_now
 from retrain.cli import app
-from retrain.local.stack import OfflineStack
+from retrain.local.cloudformation.stack import OfflineStack
+from retrain.ops.audit import Kind, audit
+from retrain.ops.status import utc_now
 from tests.integration.data_drops import (
     bad_label,
     drain,

@@ -26,9 +26,9 @@ from typer.testing import CliRunner
 from functions.common import clients
 from functions.common.contracts import parse_manifest
 from functions.data.ledger import Ledger
-from functions.data.purge import LockHeldError, PurgeLease, purge
 from retrain.cli import app
-from retrain.local.stack import OfflineStack, StackOptions
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from retrain.ops.purge import LockHeldError, PurgeLease, purge
 from tests.integration.conftest import DATA
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,

@@ -9,7 +9,7 @@ import pytest
 from functions.common.errors import FsxImportFailedError
 from functions.common.models import RunContext, SyncState
 from functions.dataset_sync.logic import check_import, start_import
-from retrain.local.stack import OfflineStack, StackOptions
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 
 
 @pytest.fixture

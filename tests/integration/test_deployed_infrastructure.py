@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from retrain.local.stack import OfflineStack, StackOptions
-from retrain.local.template import TemplateError
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from retrain.local.cloudformation.template import TemplateError
 
 QUIET = {"poll": False, "tick": False, "upload_trainer": False, "slack": False}
 

@@ -26,7 +26,7 @@ import pytest
 from functions.common.contracts import parse_manifest
 from functions.data.ledger import Ledger
 from functions.data.models import BatchStatus, PairStatus
-from retrain.local.stack import OfflineStack, StackOptions
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from tests.integration.conftest import DATA
 from tests.integration.data_drops import (
     Pair,

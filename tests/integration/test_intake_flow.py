@@ -10,7 +10,7 @@ import pytest
 
 from functions.common import prefixes
 from functions.common.prefixes import MAX_INCOMING_KEY_BYTES
-from retrain.local.stack import OfflineStack
+from retrain.local.cloudformation.stack import OfflineStack
 from tests.conftest import load_event
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,

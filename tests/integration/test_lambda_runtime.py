@@ -11,9 +11,9 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ParamValidationError
 
+from retrain.local.cloudformation.stack import OfflineStack
 from retrain.local.emulators import EmulatorContractError
-from retrain.local.lambdas import FunctionSpec
-from retrain.local.stack import OfflineStack
+from retrain.local.lambda_runtime.contract import FunctionSpec
 from tests.integration.helpers import add_test_function
 
 NAMES = ["LEDGER_TABLE", "POWERTOOLS_SERVICE_NAME", "DATA_BUCKET", "ONLY_IN_A"]

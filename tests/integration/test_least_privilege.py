@@ -1,7 +1,7 @@
 """Least privilege, from the calls themselves: a drop played through intake, trigger, the state
 machine, training, evaluation, notification and a sweep, with every AWS call each function makes
 recorded and checked against that function's statements in template.yaml, as IAM would on AWS.
-Every grant functions/permissions.py declares must be used by some call, or be in NOT_REACHED
+Every grant retrain/ops/permissions.py declares must be used by some call, or be in NOT_REACHED
 with the reason this run cannot reach it."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from functions.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS
-from retrain.local import stack as stack_module
-from retrain.local.resources import ResourceBuilder
-from retrain.local.stack import OfflineStack, StackOptions
-from retrain.local.template import Resolver, load_template
+from retrain.local.cloudformation import stack as stack_module
+from retrain.local.cloudformation.resources import ResourceBuilder
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from retrain.local.cloudformation.template import Resolver, load_template
+from retrain.ops.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS
 from tests import iam
 from tests.integration.aws_calls import CallRecorder, needs
 from tests.integration.conftest import DATA, TRAINING
@@ -49,12 +49,13 @@ NOT_REACHED = {
         "{jobs}",
     ): "a run that fails or overruns after its job started",
     ("TrainingJobFunction", "s3:ListBucket", "{bucket}"): "the trainer was never uploaded (404)",
-    ("EvaluateRunFunction", "s3:ListBucket", "{bucket}"): "a job without output.tar.gz (404); Debugger's reports",
     ("EvaluateRunFunction", "sagemaker:DescribeModelPackage", "{model_packages}"): "a retry after registering",
     ("EvaluateRunFunction", "sagemaker:CreateModelPackage", "{model_package_group}"): (
         "the group ARN is authorised for AWS's check of the group; the call names the new package's ARN"
     ),
     ("NotifyFunction", "s3:PutObject", "{bucket}/reports/runs/*"): "a failed run's summary.json (this run succeeds)",
+    ("EvaluateRunFunction", "dynamodb:GetItem", "{ledger}"): "a batch held by screening: its report is rewritten",
+    ("EvaluateRunFunction", "dynamodb:Query", "{ledger}"): "the same: the held batch's files and pairs are read",
 }
 
 

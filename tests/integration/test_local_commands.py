@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from retrain.cli import app
-from retrain.local.stack import OfflineStack, StackOptions
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from tests.integration.conftest import FAST_QUEUE
 
 pytestmark = pytest.mark.slow(seconds=20)  # the longest test here, on 2 cores
@@ -63,6 +63,7 @@ def test_make_run_plays_the_whole_loop_and_its_report_opens_from_disk_in_a_real_
         "epoch 1/2: train loss",
         "epoch 2/2: train loss",
         "Evaluation and the quality gate",
+        "label screening: no accepted model yet: nothing to screen with (every batch is trained on)",
         "the gate accepted the model",
         "Profiler rules (builtin)",
         "E-mail (SNS), subject: Retraining accepted",
@@ -76,6 +77,9 @@ def test_make_run_plays_the_whole_loop_and_its_report_opens_from_disk_in_a_real_
     reasons = ("mask_unknown_class", "image_truncated", "mask_size_mismatch", "unsupported_extension")
     reasons += ("duplicate_image",)
     assert all(reason in output for reason in reasons), "a broken file's reason is missing"
+    assert '"_aws"' not in output and "CloudWatchMetrics" not in output, "raw EMF metric JSON reached the story"
+    function_log = Path(re.search(r"Lambda logs and EMF metrics\s+(\S+)", output).group(1))  # type: ignore[union-attr]
+    assert "CloudWatchMetrics" in function_log.read_text(), "the functions' metrics were not emitted to their log"
 
     report = Path(re.search(r"Open the report in a browser: file://(\S+)", output).group(1))  # type: ignore[union-attr]
     run_folder = report.parent
@@ -106,7 +110,7 @@ def open_in_browser(page: Path) -> str:
     return done.stdout
 
 
-def test_local_up_prints_how_to_reach_it_and_stops_cleanly_on_ctrl_c() -> None:
+def test_local_up_prints_how_to_reach_it_and_what_its_jobs_train_with_and_stops_cleanly_on_ctrl_c() -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "retrain.cli", "local", "up"],
         stdout=subprocess.PIPE,
@@ -128,6 +132,9 @@ def test_local_up_prints_how_to_reach_it_and_stops_cleanly_on_ctrl_c() -> None:
     assert endpoint and bucket, printed
     assert f"aws --endpoint-url {endpoint.group(1)} s3 cp" in printed
     assert re.search(r"state machine\s+arn:aws:states:", printed)
+    assert re.search(r"training jobs\s+1 x ml\.m5\.xlarge, 4 epochs, crop 128x64, width 0\.25", printed), printed
+    assert "instead of a deployed stack's 1 x ml.g5.2xlarge, 100 epochs, crop 1024x512, width 1.0" in printed
+    assert "a job here is torchrun on this machine's CPU, on small images" in printed
 
     user_s3 = boto3.client("s3", endpoint_url=endpoint.group(1), region_name="us-east-1")
     assert user_s3.head_bucket(Bucket=bucket.group(1))["ResponseMetadata"]["HTTPStatusCode"] == 200

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from functions.common.summary import RunSummary
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from retrain.local.notifications import Misbehaviour
-from retrain.local.stack import OfflineStack, StackOptions
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import drain, executions, wait_until
 from tests.integration.runs import drop_with_validation, history_states, job_names, read_json, run_to_end

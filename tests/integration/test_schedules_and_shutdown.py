@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from retrain.local.stack import OfflineStack, StackOptions
-from retrain.local.ticker import ScheduleError, rate_seconds
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from retrain.local.lambda_runtime.ticker import ScheduleError, rate_seconds
 from tests.integration.conftest import FAST_QUEUE
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from retrain.local.stack import OfflineStack, StackOptions
-from tests.integration.helpers import TopicInbox, add_test_function, create_machine, run_machine
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from tests.integration.helpers import add_test_function, create_machine, run_machine
 from tests.integration.runs import history_states
 
 
@@ -24,7 +24,7 @@ def test_a_polling_loop_waits_until_the_job_is_done_then_tells_the_team(
     stack: OfflineStack,
 ) -> None:
     topic = stack.ref("NotificationTopic")
-    inbox = TopicInbox(stack, topic)
+    inbox = stack.topic_inbox()
     check = add_test_function(stack, "check-job", "check_job")
     machine = create_machine(stack, "poll_until_done.asl.json", CheckFunctionArn=check, TopicArn=topic)
 
@@ -47,7 +47,7 @@ def test_a_polling_loop_waits_until_the_job_is_done_then_tells_the_team(
         "Is the job done?",
         "Tell the team",
     ]
-    assert [m["Message"] for m in inbox.messages()] == ["job done after 3 polls"]
+    assert [m["Message"] for m in inbox.receive()] == ["job done after 3 polls"]
     assert [i.function for i in stack.runtime.invocations] == ["check-job"] * 3
 
 
@@ -70,14 +70,14 @@ def test_a_handler_error_is_retried_by_name_then_caught(stack: OfflineStack) -> 
 def test_a_run_for_a_missing_dataset_version_fails_and_tells_the_team_why(
     stack: OfflineStack,
 ) -> None:
-    inbox = TopicInbox(stack, stack.ref("NotificationTopic"))
+    inbox = stack.topic_inbox()
 
     result = run_machine(stack, stack.ref("RetrainStateMachine"), "v-missing", {"dataset_version": "v-missing"})
 
     assert result["status"] == "FAILED"
     assert result["error"] == "RetrainFailed"
     assert json.loads(result["cause"])["errorType"] == "DatasetVersionNotFoundError"
-    (message,) = inbox.messages()
+    (message,) = inbox.receive()
     assert message["Subject"] == "Retraining failed at Check that the dataset version exists - v-missing"
     assert re.search(r"Error:\s+DatasetVersionNotFoundError", message["Message"])
     assert "dataset version 'v-missing' has no manifest" in message["Message"]

@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from functions.common import clients
 from retrain.cli import app
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from retrain.local.faults import Throttle, WriteThrottler
-from retrain.local.stack import OfflineStack, StackOptions
 from tests.integration.conftest import DATA
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,

@@ -34,10 +34,10 @@ from functions.common.service_model import service_side_problems
 from functions.training_job.builder import TrainingRun, build_training_job_request
 from functions.training_job.debugger import normalise_debugger_results, read_profiler_reports
 from retrain.local.emulators import EmulatedServiceError, EmulatorRegistry
-from retrain.local.training import TrainingEmulator
-from retrain.local.training_container import plan_processes
-from retrain.local.training_debugger import PROFILER_REPORT_RULES
-from retrain.local.training_processes import identity
+from retrain.local.sagemaker.container import plan_processes
+from retrain.local.sagemaker.debugger import PROFILER_REPORT_RULES
+from retrain.local.sagemaker.processes import identity
+from retrain.local.sagemaker.training import TrainingEmulator
 from retrain.package import TrainerArchive, build_sourcedir
 from retrain.synth import write_scenes
 from tests.unit.training_job.helpers import ACCOUNT, BUCKET, RUN, SETTINGS, job_config

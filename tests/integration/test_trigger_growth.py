@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 from functions.common.contracts import parse_manifest
 from functions.data.ledger import Ledger
-from functions.data.status import data_status
-from retrain.local.stack import OfflineStack
+from retrain.local.cloudformation.stack import OfflineStack
+from retrain.ops.status import data_status
 from tests.integration.data_drops import (
     bad_label,
     drain,

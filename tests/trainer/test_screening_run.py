@@ -118,3 +118,14 @@ def test_the_held_batchs_worst_pairs_are_pictured(second_run: tuple[Path, dict[s
     pictures = [pair["picture"] for pair in screening["batches"]["team-b"]["worst_pairs"]]
     assert len(pictures) == 3 and all((output / picture).is_file() for picture in pictures)
     assert not any("picture" in pair for pair in screening["batches"]["team-d"]["worst_pairs"])
+
+
+def test_the_report_shows_the_new_data_with_pictures_and_the_release_command(
+    second_run: tuple[Path, dict[str, Any], str],
+) -> None:
+    output, _, _ = second_run
+    page = (output / "report.html").read_text()
+    assert "<h2 id='new-data'>New data</h2>" in page and "<script" not in page
+    assert page.count("src='data:image/png;base64,") == 3, "the held batch's three worst pairs, in the page"
+    assert "retrain data release team-b" in page
+    assert "Each drop's impact" in page and "The trusted set: " in page

@@ -20,7 +20,7 @@ from functions.data.ledger import Ledger
 from functions.data.storage import COPY_OBJECT_MAX_BYTES, DataBucket
 from functions.intake.logic import Intake
 from functions.validation import DEFAULT_CONFIG, ValidationConfig
-from retrain.local.stack import create_ledger_table
+from retrain.local.cloudformation.stack import create_ledger_table
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -76,8 +76,8 @@ def accepted() -> RunSummary:
         gate=GateVerdict(
             accepted=True,
             reasons=[
-                "mIoU 0.718 against the accepted model's 0.702 (scored on the same validation split): within "
-                "0.010, and no class fell by more than 0.050"
+                "mIoU 0.718, up 0.016 on the accepted model's 0.702 (both scored on 120 trusted validation "
+                "pairs of 3 batches); no class fell by more than 0.050"
             ],
             miou=0.7184,
             baseline_miou=0.7021,
@@ -96,9 +96,10 @@ def rejected() -> RunSummary:
         gate=GateVerdict(
             accepted=False,
             reasons=[
-                "mIoU 0.681 is 0.021 below the accepted model's 0.702 (scored on the same validation split; "
-                "tolerance 0.010)",
-                "person IoU fell by 0.083 (tolerance 0.050)",
+                "mIoU fell to 0.681 from the accepted model's 0.702, by 0.021: more than the 0.010 allowed "
+                "(both scored on 120 trusted validation pairs of 3 batches)",
+                "person IoU fell by 0.083: more than the 0.050 allowed (both scored on 120 trusted validation "
+                "pairs of 3 batches)",
             ],
             miou=0.6812,
             baseline_miou=0.7021,
@@ -226,7 +227,43 @@ def links_for(summary: RunSummary) -> RunLinks:
     )
 
 
+def with_a_held_batch() -> RunSummary:
+    """Screening held team-b's drop (a wrong class map); the run went on, and was accepted."""
+    scores = {
+        "team-a": {
+            "trust": "trusted",
+            "val_pairs": 24,
+            "candidate": {"miou": 0.731, "per_class_iou": {"road": 0.95, "sky": 0.91, "car": 0.52}},
+            "accepted": {"miou": 0.718, "per_class_iou": {"road": 0.94, "sky": 0.91, "car": 0.47}},
+        },
+        "team-b": {"trust": "new", "held": True, "val_pairs": 0},
+        "team-c-night": {
+            "trust": "new",
+            "val_pairs": 9,
+            "candidate": {"miou": 0.412, "per_class_iou": {"road": 0.71, "sky": 0.30}},
+            "accepted": {"miou": 0.305, "per_class_iou": {"road": 0.52, "sky": 0.21}},
+        },
+    }
+    return RunSummary.model_validate(
+        {
+            **accepted().model_dump(),
+            "held": {
+                "team-b": [
+                    "62.4 % of its labelled pixels contradict the accepted model (4.1 % on trusted pairs); 58.3 % "
+                    "beyond the model's usual confusions (held from 15 %)",
+                    "labelled sky where the model sees road: 87 % of those pixels (0 % on trusted pairs)",
+                    "labelled road where the model sees sky: 81 % of those pixels (1 % on trusted pairs)",
+                ]
+            },
+            "batch_scores": scores,
+            "newly_trusted": ["team-c-night"],
+            "screening": {"screened": True, "held": ["team-b"]},
+        }
+    )
+
+
 CASES = {
+    "with_a_held_batch": with_a_held_batch,
     "accepted": accepted,
     "rejected": rejected,
     "rules_with_issues": with_rule_issues,

@@ -7,7 +7,7 @@ import pytest
 
 from functions.common import prefixes
 from functions.common.prefixes import MAX_INCOMING_KEY_BYTES, S3_MAX_KEY_BYTES, VERSION_BUDGET_BYTES
-from functions.data.ledger import HASHED_FILE_SK, MAX_SORT_KEY_BYTES, file_sort_key
+from functions.data.ledger_pairs import HASHED_FILE_SK, MAX_SORT_KEY_BYTES, file_sort_key
 
 VERSION = "v" * VERSION_BUDGET_BYTES
 

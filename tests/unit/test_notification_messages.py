@@ -120,3 +120,26 @@ def test_block_kit_limits_hold_whatever_the_run_produced() -> None:
             assert all(len(b["text"]["text"]) <= 75 and len(b["url"]) <= 3000 for b in block["elements"])
     assert all(len(text) <= 3000 for text in _texts(blocks))
     assert "Also found issues: Rule10" in json.dumps(blocks), "surplus rules are summarised, not dropped silently"
+
+
+def test_a_model_rejected_for_one_class_says_that_class_not_its_better_mean() -> None:
+    """The poisoned-drop story: mIoU rose, road fell; "(+0.049)" in the subject read as good news."""
+    summary = CASES["rejected"]().model_copy(
+        update={
+            "miou": 0.372,
+            "gate": GateVerdict(
+                accepted=False,
+                reasons=["road IoU fell by 0.100: more than the 0.050 allowed"],
+                miou=0.372,
+                baseline_miou=0.323,
+                miou_change=0.049,
+                worse_classes={"road": -0.1, "sky": -0.01},
+                miou_tolerance=0.01,
+                class_tolerance=0.05,
+            ),
+        }
+    )
+
+    subject = render(summary, links_for(summary)).subject
+    assert subject.startswith("Retraining rejected by the quality gate: road IoU -0.100 - "), subject
+    assert "+0.049" not in subject

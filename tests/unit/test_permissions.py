@@ -1,5 +1,5 @@
 """Least privilege, statically: template.yaml grants every function and role exactly what
-functions/permissions.py declares, nothing forbidden anywhere, and the conditions that confine
+retrain/ops/permissions.py declares, nothing forbidden anywhere, and the conditions that confine
 training jobs hold. The calls the functions really make are checked against the same statements
 in tests/integration/test_least_privilege.py."""
 
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from functions.permissions import PERMISSIONS
-from retrain.local.resources import substitute_definition
-from retrain.local.template import Resolver
+from retrain.local.cloudformation.resources import substitute_definition
+from retrain.local.cloudformation.template import Resolver
+from retrain.ops.permissions import PERMISSIONS
 from tests import iam
 
 ROOT = Path(__file__).resolve().parents[2]

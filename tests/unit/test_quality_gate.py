@@ -18,6 +18,7 @@ def metrics(
     *,
     baseline: Any = None,
     losses: tuple[float, ...] = (1.0, 0.5),
+    evaluation: Any = None,
 ) -> MetricsFile:
     return MetricsFile.model_validate(
         {
@@ -55,6 +56,7 @@ def metrics(
             "miou": miou,
             "per_class_iou": classes,
             "baseline": baseline,
+            "evaluation": evaluation,
             "complete": True,
         }
     )
@@ -96,7 +98,10 @@ def test_a_better_model_replaces_the_accepted_one_scored_on_the_same_split() -> 
     assert verdict.accepted
     assert verdict.miou_change == 0.05
     assert verdict.worse_classes == {}
-    assert "same validation split" in verdict.reasons[0]
+    assert verdict.reasons == [
+        "mIoU 0.550, up 0.050 on the accepted model's 0.500 (both scored on this run's validation split, "
+        "as no pair is trusted yet); no class fell by more than 0.050"
+    ]
 
 
 def test_a_model_worse_beyond_tolerance_is_rejected_with_the_numbers() -> None:
@@ -106,9 +111,10 @@ def test_a_model_worse_beyond_tolerance_is_rejected_with_the_numbers() -> None:
 
     assert not verdict.accepted
     assert verdict.worse_classes == {"car": -0.06}
+    split = "(both scored on this run's validation split, as no pair is trusted yet)"
     assert verdict.reasons == [
-        "mIoU 0.470 is 0.030 below the accepted model's 0.500 (scored on the same validation split; tolerance 0.010)",
-        "car IoU fell by 0.060 (tolerance 0.050)",
+        f"mIoU fell to 0.470 from the accepted model's 0.500, by 0.030: more than the 0.010 allowed {split}",
+        f"car IoU fell by 0.060: more than the 0.050 allowed {split}",
     ]
 
 
@@ -118,7 +124,10 @@ def test_one_class_falling_too_far_rejects_even_a_better_mean() -> None:
     verdict = judge(metrics(0.55, {"road": 0.8, "person": 0.3}, baseline=baseline), POLICY)
 
     assert not verdict.accepted
-    assert verdict.reasons == ["person IoU fell by 0.200 (tolerance 0.050)"]
+    assert verdict.reasons == [
+        "person IoU fell by 0.200: more than the 0.050 allowed "
+        "(both scored on this run's validation split, as no pair is trusted yet)"
+    ]
 
 
 def test_without_a_fresh_score_the_recorded_one_is_used_and_said_so() -> None:
@@ -136,3 +145,51 @@ def test_a_version_without_validation_images_cannot_be_judged() -> None:
 
     assert not verdict.accepted
     assert "no validation images" in verdict.reasons[0]
+
+
+def test_a_slightly_worse_model_within_tolerance_is_told_plainly() -> None:
+    baseline = {"model": "model.pt", "miou": 0.50, "per_class_iou": {"road": 0.9}}
+
+    verdict = judge(metrics(0.495, {"road": 0.9}, baseline=baseline), POLICY)
+
+    assert verdict.accepted
+    assert verdict.reasons[0].startswith(
+        "mIoU 0.495, down 0.005, within the 0.010 allowed, from the accepted model's 0.500"
+    )
+
+
+def _scores(miou: float, classes: dict[str, float]) -> dict[str, Any]:
+    return {"miou": miou, "per_class_iou": classes}
+
+
+def test_the_gate_judges_on_trusted_pairs_not_on_a_split_a_bad_batch_moved() -> None:
+    """The poisoned-drop story: on the whole split (which holds a mislabelled batch's pairs) the
+    candidate trained on those labels looks better; on trusted pairs it lost road."""
+    baseline = {"model": "model.pt", "miou": 0.287, "per_class_iou": {"road": 0.5, "sky": 0.2}}
+    evaluation = {
+        "batches": {},
+        "trusted": {
+            "batches": ["team-a", "benchmark-1"],
+            "pairs": 40,
+            "candidate": _scores(0.30, {"road": 0.40, "sky": 0.20}),
+            "accepted": _scores(0.33, {"road": 0.50, "sky": 0.16}),
+        },
+    }
+
+    verdict = judge(metrics(0.372, {"road": 0.6, "sky": 0.3}, baseline=baseline, evaluation=evaluation), POLICY)
+
+    assert not verdict.accepted
+    assert verdict.miou == 0.30 and verdict.baseline_miou == 0.33
+    assert verdict.compared_on == "both scored on 40 trusted validation pairs of 2 batches"
+    assert verdict.worse_classes == {"road": -0.1}
+    assert verdict.reasons[0].startswith("mIoU fell to 0.300 from the accepted model's 0.330, by 0.030")
+
+
+def test_with_no_trusted_validation_pair_the_gate_falls_back_to_the_split_and_says_so() -> None:
+    baseline = {"model": "model.pt", "miou": 0.50, "per_class_iou": {"road": 0.9}}
+    evaluation = {"batches": {}, "trusted": {"batches": [], "pairs": 0}}
+
+    verdict = judge(metrics(0.55, {"road": 0.92}, baseline=baseline, evaluation=evaluation), POLICY)
+
+    assert verdict.accepted and verdict.compared_on is not None
+    assert "as no pair is trusted yet" in verdict.compared_on

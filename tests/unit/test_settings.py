@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from functions.common.errors import ConfigurationError
-from functions.common.models import RunInput
 from functions.common.prefixes import batch_of
+from functions.common.requests import RunInput
 from functions.common.settings import IntakeSettings, PrepareRunSettings, load_settings
 
 

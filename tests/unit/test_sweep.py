@@ -1,7 +1,8 @@
-"""The sweep, as logic: which batches close, which lone files are given up on, and when.
+"""The sweep, as logic: which batches close, which lone files are given up on, and when, and
+that the trigger is asked to look once batches closed.
 
 No stack: a ledger table with the template's key schema and a versioned bucket, under mock_aws,
-and a clock the test sets.
+and a clock the test sets; the intake and the sweeper share them, as the deployed functions do.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from functions.data.models import FileStatus
+from functions.sweeper.logic import Sweeper
 from tests.integration.data_drops import scene
 from tests.unit.intake_harness import UPLOADED, Harness, emulated_intake
 
@@ -26,6 +28,18 @@ def intake_at() -> Iterator[Harness]:
         yield harness
 
 
+def _sweeper(at: Harness, kicks: list[str] | None = None) -> Sweeper:
+    """A sweeper on the intake's ledger and bucket, reading the same clock."""
+    return Sweeper(
+        ledger=at.intake.ledger,
+        bucket=at.intake.bucket,
+        clock=lambda: at.clock[0],
+        quiet_for=QUIET,
+        incomplete_after=INCOMPLETE,
+        kick=(kicks if kicks is not None else []).append,
+    )
+
+
 def _lone_image_arrives(at: Harness) -> None:
     event = at.upload("incoming/munich/images/street.jpg", scene(1).image)
     assert at.intake.process(event) is FileStatus.PENDING
@@ -33,10 +47,13 @@ def _lone_image_arrives(at: Harness) -> None:
 
 def test_a_batch_still_receiving_files_stays_open(intake_at: Harness) -> None:
     _lone_image_arrives(intake_at)
+    intake_at.clock[0] = UPLOADED + QUIET / 2
+    kicks: list[str] = []
 
-    result = intake_at.intake.sweep(UPLOADED + QUIET / 2, quiet_for=QUIET, incomplete_after=INCOMPLETE)
+    result = _sweeper(intake_at, kicks).sweep()
 
     assert (result.closed, result.incomplete, result.reported) == ([], 0, [])
+    assert kicks == [], "nothing closed: the trigger is not bothered"
 
 
 def test_a_quiet_batch_closes_but_its_lone_image_still_waits_for_its_label(
@@ -44,21 +61,35 @@ def test_a_quiet_batch_closes_but_its_lone_image_still_waits_for_its_label(
 ) -> None:
     _lone_image_arrives(intake_at)
     intake_at.clock[0] = UPLOADED + QUIET * 2
+    kicks: list[str] = []
 
-    result = intake_at.intake.sweep(intake_at.clock[0], quiet_for=QUIET, incomplete_after=INCOMPLETE)
+    result = _sweeper(intake_at, kicks).sweep()
 
     assert result.closed == ["munich"]
     assert result.incomplete == 0
     assert result.reported == ["munich"], "a closed batch gets its report"
+    assert kicks == ["quiet batches closed"], "the trigger is asked to look"
 
 
 def test_an_image_whose_label_never_came_is_given_up_on(intake_at: Harness) -> None:
     _lone_image_arrives(intake_at)
     intake_at.clock[0] = UPLOADED + INCOMPLETE * 2
 
-    result = intake_at.intake.sweep(intake_at.clock[0], quiet_for=QUIET, incomplete_after=INCOMPLETE)
+    result = _sweeper(intake_at).sweep()
 
     assert (result.closed, result.incomplete) == (["munich"], 1)
     (record,) = [f for f in intake_at.intake.ledger.files("munich") if f.key.endswith("street.jpg")]
     assert record.status is FileStatus.QUARANTINED
     assert [r.code.value for r in record.reasons] == ["missing_label"]
+
+
+def test_a_batch_closed_by_its_marker_is_reported_and_the_trigger_asked_to_look(intake_at: Harness) -> None:
+    _lone_image_arrives(intake_at)
+    kicks: list[str] = []
+    intake_at.intake.kick = kicks.append
+
+    assert intake_at.intake.process(intake_at.upload("incoming/munich/_COMPLETE", b"")) is FileStatus.MARKER
+    intake_at.intake.finish()
+
+    assert kicks == ["batch closed"]
+    assert "reports/munich/report.json" in [key for key, _ in intake_at.versions("reports/")]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from retrain.local.resources import substitute_definition
-from retrain.local.template import Created, Resolver, TemplateError, load_template
+from retrain.local.cloudformation.resources import substitute_definition
+from retrain.local.cloudformation.template import Created, Resolver, TemplateError, load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9]+)\}")

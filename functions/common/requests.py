@@ -1,0 +1,156 @@
+"""What each function is invoked with: one request model per function, parsed first thing in its
+handler. The state machine's states (`statemachine/retrain.asl.json`) send these; the intake is
+invoked with SQS batches (Powertools' batch processor parses them) and the sweeper by its
+schedule, whose event carries nothing the sweep needs.
+
+A request that does not have the shape its sender documents fails with `InvalidEventError` (or
+`InvalidRunInputError` for a run's input), never retried: it never will have.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from functions.common.errors import InvalidEventError, InvalidRunInputError
+from functions.common.models import DatasetVersion, JobState, RunContext, RunState, SyncState
+
+
+def _problems(error: ValidationError) -> str:
+    """Where and what, without the values (a request may carry a whole run's state)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc']) or 'the request'}: {problem['msg']}"
+        for problem in error.errors(include_url=False, include_context=False, include_input=False)
+    )
+
+
+class RunInput(BaseModel):
+    """PrepareRun: what starts a retraining run, one frozen dataset version; the first state is
+    also given the execution's name and start time (the run's identity)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    dataset_version: DatasetVersion
+    execution: DatasetVersion | None = None  # $$.Execution.Name: the run's name
+    execution_arn: str | None = None  # $$.Execution.Id: links to the execution
+    started_at: datetime | None = None  # $$.Execution.StartTime
+
+    @classmethod
+    def parse(cls, event: dict[str, Any]) -> RunInput:
+        """The execution's input (`input`, as the state machine passes it, or the bare input) with
+        the execution's name and start time."""
+        given = event.get("input", event) if isinstance(event.get("input", event), dict) else {}
+        context = {key: event[key] for key in ("execution", "execution_arn", "started_at") if key in event}
+        try:
+            return cls.model_validate({**given, **context})
+        except ValidationError as exc:
+            raise InvalidRunInputError(
+                f"the run input must name a dataset version: {exc.errors(include_url=False)}"
+            ) from exc
+
+
+class SyncRequest(BaseModel):
+    """SyncToFsx: start the import, or look at it again."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Literal["start", "check"]
+    run: RunContext
+    sync: SyncState | None = None
+
+
+class StartTraining(BaseModel):
+    """StartTraining: create this execution's job (a retry finds the one it created)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Literal["start"]
+    run: RunContext
+
+
+class CheckTraining(BaseModel):
+    """WaitForJob's look at the job."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Literal["check"]
+    run: RunContext
+    job: JobState
+
+
+class StopTraining(BaseModel):
+    """The failure branch's first step: stop the job if one was started."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Literal["stop"]
+    state: RunState  # the whole state of the failed run: what got that far
+
+
+TrainingRequest = Annotated[StartTraining | CheckTraining | StopTraining, Field(discriminator="action")]
+_TRAINING_REQUEST: TypeAdapter[StartTraining | CheckTraining | StopTraining] = TypeAdapter(TrainingRequest)
+
+
+def parse_training_request(event: dict[str, Any]) -> StartTraining | CheckTraining | StopTraining:
+    try:
+        return _TRAINING_REQUEST.validate_python(event)
+    except ValidationError as exc:
+        raise InvalidEventError(
+            f"{event.get('action')} lacks what it needs: {sorted(event)} ({_problems(exc)})"
+        ) from exc
+
+
+class EvaluateRequest(BaseModel):
+    """EvaluateRun: the run and the job that completed."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    run: RunContext
+    job: JobState
+
+
+class NotifyRequest(BaseModel):
+    """Notify: a run started (optional), finished (EvaluateRun's summary) or failed (its state)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    kind: Literal["started", "finished", "failed"]
+    execution: str  # $$.Execution.Name
+    execution_arn: str | None = None  # $$.Execution.Id
+    summary_uri: str | None = None  # finished: EvaluateRun's summary
+    run: RunContext | None = None  # started
+    state: RunState | None = None  # failed: the whole state
+
+
+class TriggerInput(BaseModel):
+    """What the trigger is invoked with, from any of its three callers.
+
+    - its schedule (EventBridge: `{"source": "aws.events", "detail-type": ...}`) and a kick after
+      batches close (`{"source": "batch closed", "time": ...}`): look for data ready to train on;
+    - the state machine's last state (`{"action": "release", "holder": <execution name>}`):
+      release that run's lock first, then look (data that came during the run starts the next).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    action: Literal["look", "release"] = "look"
+    holder: DatasetVersion | None = None
+    source: str = "unknown"
+
+    @model_validator(mode="after")
+    def _release_names_its_holder(self) -> Self:
+        if self.action == "release" and self.holder is None:
+            raise ValueError("a release must name the holder (the execution) whose lock it frees")
+        return self
+
+    @classmethod
+    def parse(cls, event: Any) -> TriggerInput:
+        try:
+            return cls.model_validate(event)
+        except ValidationError as exc:
+            raise InvalidEventError(
+                f"the trigger's input is not a schedule, kick or release: "
+                f"{exc.errors(include_url=False, include_context=False)}"
+            ) from exc

@@ -1,0 +1,27 @@
+"""Asking the trigger to look now, when batches close, instead of at its next scheduled look."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mypy_boto3_lambda import LambdaClient
+
+
+@dataclass(frozen=True)
+class TriggerKick:
+    lambda_client: LambdaClient
+    function_name: str  # empty: no kick, the trigger looks on its schedule
+
+    def __call__(self, reason: str) -> None:
+        """Run the trigger soon, without waiting for it (it decides whether anything starts)."""
+        if not self.function_name:
+            return
+        self.lambda_client.invoke(
+            FunctionName=self.function_name,
+            InvocationType="Event",
+            Payload=json.dumps({"source": reason, "time": datetime.now(UTC).isoformat()}).encode(),
+        )

@@ -1,0 +1,404 @@
+"""What each function and role of template.yaml may do on AWS, and why: least privilege, written down.
+
+The template's `Policies` must grant exactly these (action, resource) pairs, no more and no less
+(tests/unit/test_permissions.py), and every AWS call the functions make during an offline
+retraining run must be allowed by the template's statements of the function that made it
+(tests/integration/test_least_privilege.py). A new call in a function's code therefore fails a
+test until it is added here and to the template, with its reason.
+
+Resources are written with placeholders, filled in from the template by the tests:
+
+    {bucket}              arn:aws:s3:::<data bucket>            (objects: {bucket}/<prefix>*)
+    {ledger} {idempotency} the two DynamoDB tables' ARNs          ({ledger}/index/state: its GSI)
+    {key}                 the DataKey's ARN (bucket SSE-KMS, topic, training volumes and output)
+    {topic} {secret}      the notification topic, the Slack webhook secret
+    {trigger} ...         a function's ARN (see FUNCTION_PLACEHOLDERS)
+    {state_machine} {executions}  the retraining state machine, and its executions
+    {jobs}                this stack's training jobs (training-job/retrain-<stack id>-*)
+    {model_package_group} {model_packages}  the model package group, and its versions
+    {file_system} {fsx_tasks}  the dataset's FSx file system, and data repository tasks
+    {training_role} {report_reader_role}  the roles passed or assumed
+    {region} {account} {partition}
+
+`conditions` names the condition keys a grant's statement must carry, as `Operator:key` (any value) or
+`Operator:key=value`; the integration test checks their values against the calls themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Grant:
+    actions: tuple[str, ...]
+    resources: tuple[str, ...]
+    why: str
+    conditions: tuple[str, ...] = ()
+
+
+VIA_S3 = ("StringEquals:kms:ViaService=s3.{region}.amazonaws.com",)
+S3_READ_KEY = Grant(
+    ("kms:Decrypt",),
+    ("{key}",),
+    "objects in the bucket are SSE-KMS with the DataKey: reading one decrypts its data key (via S3 only)",
+    VIA_S3,
+)
+S3_WRITE_KEY = Grant(
+    ("kms:GenerateDataKey",),
+    ("{key}",),
+    "writing an object under SSE-KMS asks KMS for a data key (via S3 only)",
+    VIA_S3,
+)
+MISSING_IS_404 = (
+    "S3 answers a read of a missing key 404 (not 403) only to a caller that may list the bucket; "
+    "the code tells 'not there' from a failure by it"
+)
+LEDGER_RW = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
+
+FUNCTION_PLACEHOLDERS = {
+    "IntakeFunction": "intake",
+    "SweeperFunction": "sweeper",
+    "TriggerFunction": "trigger",
+    "PrepareRunFunction": "prepare_run",
+    "DatasetSyncFunction": "dataset_sync",
+    "TrainingJobFunction": "training_job",
+    "EvaluateRunFunction": "evaluate_run",
+    "NotifyFunction": "notify",
+}
+
+PERMISSIONS: dict[str, tuple[Grant, ...]] = {
+    "IntakeFunction": (
+        Grant(
+            ("s3:GetObjectVersion",),
+            ("{bucket}/incoming/*", "{bucket}/quarantine/*"),
+            "reads an upload by the VersionId its event names (the bucket is versioned, so every event names "
+            "one); copies it (or, re-judged with a new partner, its quarantined copy)",
+        ),
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/dataset/images/*", "{bucket}/dataset/labels/*", "{bucket}/quarantine/*", "{bucket}/reports/*"),
+            "curated copies, quarantined copies and their .reason.json, and the batch reports (never manifests)",
+        ),
+        Grant(
+            ("s3:AbortMultipartUpload",),
+            ("{bucket}/dataset/images/*", "{bucket}/dataset/labels/*", "{bucket}/quarantine/*"),
+            "a copy above 5 GiB goes in parts (authorised as PutObject); a failed one is aborted",
+        ),
+        Grant(
+            ("s3:DeleteObjectVersion",),
+            ("{bucket}/incoming/*", "{bucket}/quarantine/*"),
+            "removes a landing copy by VersionId once copied, and a quarantined copy and its reason once curated",
+        ),
+        Grant(
+            ("s3:ListBucketVersions",),
+            ("{bucket}",),
+            "finds every version of a quarantined file's .reason.json to delete it (quarantine/ only)",
+            ("StringLike:s3:prefix",),
+        ),
+        Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (an upload withdrawn before the intake read it)"),
+        Grant(
+            ("kms:Decrypt", "kms:GenerateDataKey"),
+            ("{key}",),
+            "reads and copies SSE-KMS objects, writes new ones (via S3 only)",
+            VIA_S3,
+        ),
+        Grant(LEDGER_RW, ("{ledger}",), "the ledger: files, pairs, batches and content claims (not its index)"),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
+            ("{idempotency}",),
+            "Powertools idempotency records: one per object version",
+        ),
+        Grant(("lambda:InvokeFunction",), ("{trigger}",), "kicks the trigger when a batch closes"),
+    ),
+    "SweeperFunction": (
+        Grant(
+            ("s3:GetObjectVersion",),
+            ("{bucket}/incoming/*",),
+            "copies the lone file of an incomplete pair, by VersionId, to quarantine/",
+        ),
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/quarantine/*", "{bucket}/reports/*"),
+            "the quarantined copy and its .reason.json; the reports of the batches it closed",
+        ),
+        Grant(
+            ("s3:AbortMultipartUpload",),
+            ("{bucket}/quarantine/*",),
+            "a copy above 5 GiB goes in parts; a failed one is aborted",
+        ),
+        Grant(
+            ("s3:DeleteObjectVersion",),
+            ("{bucket}/incoming/*",),
+            "removes the landing copy by VersionId once its quarantine copy is confirmed",
+        ),
+        Grant(("kms:Decrypt", "kms:GenerateDataKey"), ("{key}",), "copies SSE-KMS objects (via S3 only)", VIA_S3),
+        Grant(LEDGER_RW, ("{ledger}",), "closes batches, marks pairs incomplete, reads a batch for its report"),
+        Grant(("dynamodb:Query",), ("{ledger}/index/state",), "open batches quiet since, pending pairs seen before"),
+        Grant(("lambda:InvokeFunction",), ("{trigger}",), "kicks the trigger when it closed a batch"),
+    ),
+    "TriggerFunction": (
+        Grant(("s3:PutObject",), ("{bucket}/dataset/manifests/*",), "freezes a dataset version: its manifest"),
+        Grant(("s3:GetObject",), ("{bucket}/dataset/manifests/*",), "HeadObject: a rerun's manifest exists"),
+        Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (a rerun of a version that has no manifest)"),
+        S3_WRITE_KEY,
+        Grant(
+            (*LEDGER_RW, "dynamodb:DeleteItem"),
+            ("{ledger}",),
+            "the lock (taken, released), closed batches consumed, pairs stamped with their dataset version",
+        ),
+        Grant(("dynamodb:Query",), ("{ledger}/index/state",), "closed batches and curated pairs by state"),
+        Grant(("states:StartExecution",), ("{state_machine}",), "starts the retraining run"),
+        Grant(("states:DescribeExecution",), ("{executions}",), "is the lock holder's run still running?"),
+    ),
+    "PrepareRunFunction": (
+        Grant(
+            ("s3:GetObject",),
+            ("{bucket}/dataset/manifests/*", "{bucket}/models/accepted.json"),
+            "the run's manifest, the accepted model, and the manifest it was trained on",
+        ),
+        Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (no accepted model before the first run)"),
+        S3_READ_KEY,
+    ),
+    "DatasetSyncFunction": (
+        Grant(
+            ("fsx:CreateDataRepositoryTask",),
+            ("{file_system}", "{fsx_tasks}"),
+            "imports dataset/ into the file system (authorised on the file system and the new task)",
+        ),
+        Grant(
+            ("fsx:DescribeDataRepositoryTasks", "fsx:CancelDataRepositoryTask"),
+            ("{fsx_tasks}",),
+            "follows the import; cancels one that outlived its timeout",
+        ),
+    ),
+    "TrainingJobFunction": (
+        Grant(
+            ("sagemaker:CreateTrainingJob",),
+            ("{jobs}",),
+            "starts the run's job: only in the training subnets and security groups, DataKey-encrypted "
+            "volumes and output, and encrypted traffic between its instances",
+            (
+                "ForAllValues:StringEquals:sagemaker:VpcSubnets",
+                "ForAllValues:StringEquals:sagemaker:VpcSecurityGroupIds",
+                "Null:sagemaker:VpcSubnets",
+                "Null:sagemaker:VpcSecurityGroupIds",
+                "StringEquals:sagemaker:VolumeKmsKey",
+                "StringEquals:sagemaker:OutputKmsKey",
+                "Bool:sagemaker:InterContainerTrafficEncryption",
+            ),
+        ),
+        Grant(("sagemaker:AddTags",), ("{jobs}",), "CreateTrainingJob with Tags (dataset version, execution, code)"),
+        Grant(
+            ("sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"),
+            ("{jobs}",),
+            "follows the job; stops it when the run fails or it overruns",
+        ),
+        Grant(
+            ("iam:PassRole",),
+            ("{training_role}",),
+            "the job runs as the training role, passed to SageMaker only",
+            ("StringEquals:iam:PassedToService=sagemaker.amazonaws.com",),
+        ),
+        Grant(("s3:GetObject",), ("{bucket}/code/sourcedir.tar.gz",), "HeadObject: the trainer's code_sha256 metadata"),
+        Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (the trainer was never uploaded)"),
+    ),
+    "EvaluateRunFunction": (
+        Grant(("sagemaker:DescribeTrainingJob",), ("{jobs}",), "where the finished job put its output"),
+        Grant(
+            ("sagemaker:CreateModelPackage",),
+            ("{model_package_group}", "{model_packages}"),
+            "registers an accepted model as a version of the stack's group",
+        ),
+        Grant(("sagemaker:DescribeModelPackage",), ("{model_packages}",), "a retry finds the package it registered"),
+        Grant(
+            ("sagemaker:ListModelPackages",),
+            ("*",),
+            "a retry lists the group's newest packages; ListModelPackages has no resource-level permissions",
+        ),
+        Grant(
+            ("s3:GetObject",),
+            ("{bucket}/training/*", "{bucket}/reports/runs/*"),
+            "the job's model.tar.gz and output.tar.gz (and Debugger's profiler reports); every run's "
+            "summary.json, for the runs' history page (reports/index.html)",
+        ),
+        Grant(
+            ("s3:ListBucket",),
+            ("{bucket}",),
+            MISSING_IS_404 + " (a job that wrote no output.tar.gz); lists Debugger's profiler reports and "
+            "the runs' summaries",
+        ),
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/reports/*", "{bucket}/models/runs/*", "{bucket}/models/accepted.json"),
+            "the run's reports, a held batch's rewritten report, its weights (the next run's warm start), "
+            "the accepted model",
+        ),
+        Grant(("kms:Decrypt", "kms:GenerateDataKey"), ("{key}",), "reads and writes SSE-KMS objects", VIA_S3),
+        Grant(
+            ("dynamodb:PutItem",),
+            ("{ledger}",),
+            "batches' trust: holds what screening found (unless an operator released it), trusts what an "
+            "accepted run trained on; both writes are conditional",
+        ),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:Query"),
+            ("{ledger}",),
+            "a held batch's report is rewritten from its records (batch, files, pairs, trust)",
+        ),
+    ),
+    "NotifyFunction": (
+        Grant(("sns:Publish",), ("{topic}",), "tells the team how the run went"),
+        Grant(
+            ("kms:GenerateDataKey", "kms:Decrypt"),
+            ("{key}",),
+            "the topic is encrypted with the DataKey: publishing needs both (via SNS only)",
+            ("StringEquals:kms:ViaService=sns.{region}.amazonaws.com",),
+        ),
+        Grant(("secretsmanager:GetSecretValue",), ("{secret}",), "the Slack webhook URL"),
+        Grant(("sts:AssumeRole",), ("{report_reader_role}",), "signs report links with a session of known expiry"),
+        Grant(("s3:GetObject",), ("{bucket}/reports/runs/*",), "the run's summary.json"),
+        Grant(("s3:PutObject",), ("{bucket}/reports/runs/*",), "a failed run's summary.json"),
+        Grant(("kms:Decrypt", "kms:GenerateDataKey"), ("{key}",), "reads and writes SSE-KMS objects", VIA_S3),
+    ),
+    "RetrainStateMachine": (
+        Grant(
+            ("lambda:InvokeFunction",),
+            (
+                "{prepare_run}",
+                "{dataset_sync}",
+                "{training_job}",
+                "{evaluate_run}",
+                "{notify}",
+                "{trigger}",
+            ),
+            "every Task state invokes one of these functions (the ASL names no other resource)",
+        ),
+        Grant(
+            (
+                "logs:CreateLogDelivery",
+                "logs:GetLogDelivery",
+                "logs:UpdateLogDelivery",
+                "logs:DeleteLogDelivery",
+                "logs:ListLogDeliveries",
+                "logs:PutResourcePolicy",
+                "logs:DescribeResourcePolicies",
+                "logs:DescribeLogGroups",
+            ),
+            ("*",),
+            "logging to its log group goes through CloudWatch Logs' vended log delivery, which AWS "
+            "authorises on Resource '*' only",
+        ),
+        Grant(
+            (
+                "xray:PutTraceSegments",
+                "xray:PutTelemetryRecords",
+                "xray:GetSamplingRules",
+                "xray:GetSamplingTargets",
+            ),
+            ("*",),
+            "tracing is on; X-Ray's write actions have no resource-level permissions",
+        ),
+    ),
+    "TrainingRole": (
+        Grant(
+            ("s3:GetObject",),
+            ("{bucket}/code/sourcedir.tar.gz", "{bucket}/models/runs/*"),
+            "the trainer's code; the accepted run's weights (the model channel, a warm start)",
+        ),
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/training/*",),
+            "the job's output: model.tar.gz, output.tar.gz, Debugger's rule output, checkpoints",
+        ),
+        Grant(
+            ("s3:GetObject", "s3:DeleteObject"),
+            ("{bucket}/training/checkpoints/*",),
+            "checkpoint sync: a restarted job reads its checkpoints back; a replaced one is deleted there too",
+        ),
+        Grant(("s3:ListBucket",), ("{bucket}",), "SageMaker lists an S3 channel's prefix before downloading it"),
+        Grant(
+            ("kms:Decrypt", "kms:GenerateDataKey"),
+            ("{key}",),
+            "reads the SSE-KMS code and weights, writes the output (via S3 only)",
+            VIA_S3,
+        ),
+        Grant(
+            ("kms:Encrypt",),
+            ("{key}",),
+            "SageMaker encrypts the output with OutputDataConfig.KmsKeyId as the role (via S3 only)",
+            VIA_S3,
+        ),
+        Grant(
+            ("kms:CreateGrant",),
+            ("{key}",),
+            "SageMaker attaches the instances' storage volumes encrypted with VolumeKmsKeyId through a grant",
+            ("Bool:kms:GrantIsForAWSResource",),
+        ),
+        Grant(
+            ("ecr:GetAuthorizationToken",),
+            ("*",),
+            "logs in to the registry of AWS's training images; this action has no resource-level permissions",
+        ),
+        Grant(
+            ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"),
+            (
+                "arn:{partition}:ecr:{region}:*:repository/pytorch-training",
+                "arn:{partition}:ecr:{region}:*:repository/sagemaker-debugger-rules",
+            ),
+            "pulls the PyTorch training image (and Debugger's rule evaluator) from AWS's registry account",
+        ),
+        Grant(
+            ("logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"),
+            ("arn:{partition}:logs:{region}:{account}:log-group:/aws/sagemaker/TrainingJobs*",),
+            "the job's container logs, in SageMaker's log group",
+        ),
+        Grant(
+            ("cloudwatch:PutMetricData",),
+            ("*",),
+            "the job's metrics (SageMaker's namespaces only); PutMetricData has no resource-level permissions",
+            ("StringLike:cloudwatch:namespace",),
+        ),
+        Grant(
+            (
+                "ec2:CreateNetworkInterface",
+                "ec2:CreateNetworkInterfacePermission",
+                "ec2:DeleteNetworkInterface",
+                "ec2:DeleteNetworkInterfacePermission",
+                "ec2:DescribeNetworkInterfaces",
+                "ec2:DescribeVpcs",
+                "ec2:DescribeDhcpOptions",
+                "ec2:DescribeSubnets",
+                "ec2:DescribeSecurityGroups",
+            ),
+            ("*",),
+            "the instances join the training VPC; SageMaker documents these on '*' (ENIs it names itself)",
+        ),
+        Grant(("fsx:DescribeFileSystems",), ("{file_system}",), "the instances mount the dataset's file system"),
+    ),
+    "ReportReaderRole": (
+        Grant(("s3:GetObject",), ("{bucket}/reports/runs/*",), "presigned links open a run's report.html"),
+        S3_READ_KEY,
+    ),
+    "AnnotationUploaderPolicy": (
+        Grant(("s3:PutObject",), ("{bucket}/incoming/*",), "annotation teams upload their drops under incoming/"),
+        Grant(
+            ("s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"),
+            ("{bucket}/incoming/*",),
+            "large files go up in parts; a failed multipart upload is aborted",
+        ),
+        Grant(("s3:GetObject",), ("{bucket}/reports/*",), "what became of their drop: the batch reports"),
+        Grant(
+            ("s3:ListBucket",),
+            ("{bucket}",),
+            "lists what they uploaded and their reports (incoming/ and reports/ only)",
+            ("StringLike:s3:prefix",),
+        ),
+        Grant(
+            ("kms:GenerateDataKey", "kms:Decrypt"),
+            ("{key}",),
+            "uploads under SSE-KMS (a multipart upload decrypts to complete), reads reports (via S3 only)",
+            VIA_S3,
+        ),
+    ),
+}

@@ -1,0 +1,155 @@
+"""The house rules a newcomer relies on, checked on the source itself (issue 25):
+
+- modules import downwards only: no two modules of ours import each other, directly or round a
+  longer loop, whether the import is at the top of the module or inside a function;
+- `functions/` holds what the Lambda packages import and nothing else: every module there is
+  reached from some handler (`functions/<name>/app.py`) by imports;
+- handlers are short and modules small enough to read: every `lambda_handler` at most 20 lines,
+  no module in `functions/` over 450 lines, `trainer/train.py` at most 700.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("functions", "retrain", "trainer")
+HANDLER_MAX_LINES = 20
+FUNCTIONS_MODULE_MAX_LINES = 450
+TRAIN_MAX_LINES = 700
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imported(name: str, path: Path) -> Iterator[str]:
+    """The modules of ours that `name` imports, anywhere in its body (type-only imports too: a
+    type that two modules need from each other belongs in a third)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from a import b` imports a.b when b is a module, else something of a.
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            module = target
+            while module and module not in MODULES:
+                module = module.rpartition(".")[0]
+            if module and module != name:
+                yield module
+
+
+def _graph() -> dict[str, set[str]]:
+    return {name: set(_imported(name, path)) for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            # A package's __init__ importing its own submodules is not a loop between rooms.
+            if node.startswith(nxt + "."):
+                continue
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_two_modules_import_each_other() -> None:
+    cycles = _cycles(_graph())
+    assert not cycles, "import cycles (break each with a leaf module, or pass the values):\n" + "\n".join(
+        " <-> ".join(cycle) for cycle in cycles
+    )
+
+
+def test_functions_holds_only_what_a_lambda_imports() -> None:
+    graph = _graph()
+    handlers = [name for name in MODULES if name.startswith("functions.") and name.endswith(".app")]
+    reached: set[str] = set()
+    todo = list(handlers)
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        todo.extend(graph[name])
+        # Importing a.b.c runs a/__init__ and a/b/__init__ too.
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in MODULES)
+    unreached = sorted(n for n in MODULES if n.startswith("functions") and n not in reached)
+    assert not unreached, f"modules in functions/ that no Lambda imports (operator tools go to retrain/): {unreached}"
+
+
+def test_every_handler_is_short() -> None:
+    long = {}
+    for name, path in MODULES.items():
+        if not name.endswith(".app") or not name.startswith("functions."):
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name == "lambda_handler":
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > HANDLER_MAX_LINES:
+                    long[name] = lines
+    assert not long, f"handlers over {HANDLER_MAX_LINES} lines: {long}"
+
+
+def test_modules_are_small_enough_to_read() -> None:
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
+    large = {
+        name: size for name, size in sizes.items() if name.startswith("functions") and size > FUNCTIONS_MODULE_MAX_LINES
+    }
+    assert not large, f"functions/ modules over {FUNCTIONS_MODULE_MAX_LINES} lines: {large}"
+    assert sizes["trainer.train"] <= TRAIN_MAX_LINES, f"trainer/train.py is {sizes['trainer.train']} lines"
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    # The check above must be able to fail.
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
