@@ -195,13 +195,7 @@ class BatchItems(LedgerTable):
         if replacing is not None:
             request["ConditionExpression"] = "holder = :stale"
             request["ExpressionAttributeValues"] = {":stale": {"S": replacing.holder}}
-        try:
-            self._db.put_item(**request)
-        except ClientError as error:
-            if conditional_failed(error):
-                return False
-            raise
-        return True
+        return self._put_if(request)
 
     def release_lock(self, holder: str) -> bool:
         try:

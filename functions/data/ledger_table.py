@@ -79,6 +79,16 @@ class LedgerTable:
                 raise ConcurrentUpdateError(f"{pk} {sk} changed while we worked on it") from error
             raise
 
+    def _put_if(self, request: dict[str, Any]) -> bool:
+        """A conditional PutItem: False when its condition did not hold (nothing written)."""
+        try:
+            self._db.put_item(**request)
+        except ClientError as error:
+            if conditional_failed(error):
+                return False
+            raise
+        return True
+
     def _query(self, **request: Any) -> Iterator[dict[str, Any]]:
         paginator = self._db.get_paginator("query")
         for page in paginator.paginate(TableName=self._table, **request):

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from functions.data.ledger_table import STATE_INDEX, LedgerTable, conditional_failed
+from functions.data.ledger_table import STATE_INDEX, LedgerTable
 from functions.data.models import Trust, TrustRecord
 
 TRUST_SK = "trust"
@@ -71,10 +69,4 @@ class TrustItems(LedgerTable):
             request["ConditionExpression"] = condition
         if values:
             request["ExpressionAttributeValues"] = values
-        try:
-            self._db.put_item(**request)
-        except ClientError as error:
-            if conditional_failed(error):
-                return False
-            raise
-        return True
+        return self._put_if(request)
