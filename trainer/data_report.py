@@ -89,7 +89,7 @@ def _screening(output_dir: Path, screening: Mapping[str, Any]) -> list[str]:
             parts.append(
                 "<p>Left out of this run and of every later dataset version. If the labels are right, "
                 f"let it in: <code>retrain data release {_e(name)}</code>; to erase it: "
-                f"<code>retrain data purge {_e(name)}</code>.</p>"
+                f"<code>retrain data purge {_e(name)}/</code>.</p>"
             )
         parts.append("<p class='muted'>image | label | the accepted model's prediction | disagreement (red)</p>")
         for pair in batch["worst_pairs"]:

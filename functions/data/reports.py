@@ -79,7 +79,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             "",
             f"The accepted model confidently contradicts these labels (run {trust.get('run')}). The batch is in",
             "no dataset version until an operator releases it (`retrain data release "
-            f"{report['batch']}`) or erases it (`retrain data purge {report['batch']}`).",
+            f"{report['batch']}`) or erases it (`retrain data purge {report['batch']}/`).",
             "",
             *(f"- {reason}" for reason in trust.get("reasons", [])),
         ]

@@ -373,7 +373,7 @@ def purge_command(
         typer.Argument(
             metavar="KEY",
             help="incoming/<batch>/images/x.jpg, dataset/images/<batch>/x.jpg, "
-            "quarantine/<batch>/..., <batch>/<stem>, or <batch> (the whole batch, its trust record too).",
+            "quarantine/<batch>/..., <batch>/<stem>, or <batch>/ (the whole batch, its trust record too).",
             show_default=False,
         ),
     ],
@@ -533,7 +533,7 @@ def _print_held(found: TrustOverview) -> None:
     # Lines, not a table: run names and reasons stay whole, to be read and copied.
     if found.held:
         _print_trusts(found.held, MEANINGS[Trust.HELD], "held")
-        console.print("Let one in with `retrain data release BATCH`, or erase it with `retrain data purge BATCH`.")
+        console.print("Let one in with `retrain data release BATCH`, or erase it with `retrain data purge BATCH/`.")
     else:
         console.print("No batch is held: every curated batch is in the next dataset version.")
     if found.released:

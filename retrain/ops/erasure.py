@@ -2,8 +2,9 @@
 
 A KEY is `incoming/<batch>/images|labels/<file>`, `dataset/images|labels/<batch>/<file>`,
 `quarantine/<batch>/<file>` (or its `.reason.json`), `<batch>/<stem>`, or any of those as
-`s3://<bucket>/...`; a bare `<batch>` is the whole batch (a held one's labels are not wanted, or an
-erasure request covers a drop). The work itself is in `purge.py`.
+`s3://<bucket>/...`; `<batch>/`, with its slash, is the whole batch (a held one's labels are not
+wanted, or an erasure request covers a drop): a bare `<batch>` is refused, so that a slip of the
+keyboard (a stem forgotten) cannot erase a whole drop. The work itself is in `purge.py`.
 """
 
 from __future__ import annotations
@@ -71,14 +72,20 @@ def parse_target(given: str, bucket: str) -> Target:
                 " (a manifest is not erased; the pairs in it are)"
             )
         return Target(given, batch, stem_of(name))
+    whole = raw.removesuffix("/")
+    if raw.endswith("/") and whole and "/" not in whole and whole not in {".", ".."}:
+        return Target(given, unicodedata.normalize("NFC", whole), None)  # the whole batch, asked for by name
     if raw and "/" not in raw and raw not in {".", ".."}:
-        return Target(given, unicodedata.normalize("NFC", raw), None)  # the whole batch
+        raise PurgeUsageError(
+            f"{given}: to erase the whole batch, name it with its slash, {raw}/ (try --dry-run first); "
+            f"one pair is {raw}/<stem>"
+        )
     parts = raw.split("/")
     if len(parts) == 2 and all(parts) and not raw.startswith(prefixes.REPORTS):
         return Target(given, parts[0], unicodedata.normalize("NFC", parts[1]))
     raise PurgeUsageError(
         f"{given}: expected incoming/<batch>/images|labels/<file>, "
-        "dataset/images|labels/<batch>/<file>, quarantine/<batch>/..., <batch>/<stem> or <batch>"
+        "dataset/images|labels/<batch>/<file>, quarantine/<batch>/..., <batch>/<stem> or <batch>/"
     )
 
 

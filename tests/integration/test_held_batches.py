@@ -1,5 +1,5 @@
 """An engineer decides which batches' labels are trained on (`retrain data held`, `release`,
-`hold`, `benchmark`), and erases a held batch nobody wants (`retrain data purge BATCH`), on the
+`hold`, `benchmark`), and erases a held batch nobody wants (`retrain data purge BATCH/`), on the
 offline stack. Runs wait an hour in a stand-in machine; a test plays each run's screening (a
 held batch's trust record, as the evaluation writes it) and its end (the lock released)."""
 
@@ -213,11 +213,11 @@ def test_a_held_batch_purged_whole_is_gone_with_its_trust_record_and_the_audit_s
     assert report["checked"]["held_batches"] == 1, report["checked"]
     assert "1 batch held" in cli(data_stack, "audit", "--grace-seconds", "0").output
 
-    dry = cli(data_stack, "purge", "munich", "--dry-run")
+    dry = cli(data_stack, "purge", "munich/", "--dry-run")
     assert dry.exit_code == 0 and "Would erase the whole batch munich with its trust record" in dry.output, dry.output
     assert ledger_of(data_stack).trust("munich") is not None, "a dry run forgot the batch's trust"
 
-    result = cli(data_stack, "purge", "munich", "--json")
+    result = cli(data_stack, "purge", "munich/", "--json")
 
     assert result.exit_code == 0, result.output
     purged = json.loads(result.stdout)
@@ -240,9 +240,9 @@ def test_a_held_batch_purged_whole_is_gone_with_its_trust_record_and_the_audit_s
     code, report = audited(data_stack)
     assert (code, report["discrepancies"], report["checked"]["held_batches"]) == (0, [], 0), report
 
-    again = cli(data_stack, "purge", "munich")
+    again = cli(data_stack, "purge", "munich/")
     assert again.exit_code == 1 and "matched nothing: munich" in again.output, again.output
-    unknown = cli(data_stack, "purge", "no-such-drop")
+    unknown = cli(data_stack, "purge", "no-such-drop/")
     assert unknown.exit_code == 2 and "there is no batch no-such-drop" in unknown.output, unknown.output
 
 
