@@ -150,7 +150,9 @@ def screen_version(
     started = time.perf_counter()
     rank, world = _rank_and_world()
     screened = [i for i, entry in enumerate(entries) if entry.trust in SCREENED]
-    trusted = [i for i, entry in enumerate(entries) if entry.trust == TRUSTED][: settings.calibration_pairs]
+    trusted = [i for i, entry in enumerate(entries) if entry.trust == TRUSTED]
+    # Spread over every trusted batch (the manifest is in batch order), not the first one's pairs.
+    trusted = trusted[:: max(1, len(trusted) // settings.calibration_pairs)][: settings.calibration_pairs]
     calibration = "trusted pairs" if trusted else "the screened pairs themselves (no trusted pair yet)"
     reference = trusted or screened
 
