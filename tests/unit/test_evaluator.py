@@ -8,11 +8,9 @@ calls when a model is accepted).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 from botocore.stub import ANY, Stubber
@@ -23,6 +21,7 @@ from functions.evaluate_run.gate import GatePolicy
 from functions.evaluate_run.logic import Evaluator
 from tests.conftest import load_event
 from tests.unit.fakes import FakeS3, stubbed, tar_gz
+from tests.unit.test_quality_gate import metrics as gate_metrics
 from tests.unit.training_job.helpers import load_sagemaker_event
 
 DESCRIBED = {
@@ -44,52 +43,15 @@ PACKAGE_ARN = f"arn:aws:sagemaker:eu-west-1:123456789012:model-package/{GROUP}/1
 
 
 def _metrics(miou: float, *, baseline: float | None = None, losses: tuple[float, ...] = (1.0, 0.5)) -> bytes:
-    classes = {"road": miou, "car": miou}
-    epochs = [
-        {
-            "epoch": number,
-            "train_loss": loss,
-            "lr": 0.1,
-            "miou": miou,
-            "per_class_iou": classes,
-            "stall_fraction": 0.0,
-            "images_per_sec": 1.0,
-            "epoch_seconds": 1.0,
-            "steps": 1,
-        }
-        for number, loss in enumerate(losses, start=1)
-    ]
-    host = {
-        "hostname": "algo-1",
-        "platform": "linux",
-        "python_version": "3.11",
-        "torch_version": "2.13.0",
-        "device": "cuda",
-        "world_size": 1,
-        "backend": "nccl",
-    }
-    document: dict[str, Any] = {
-        "dataset_version": FIRST_RUN.dataset_version,
-        "code_sha256": "0" * 64,
-        "torch_version": "2.13.0",
-        "host": host,
-        "seed": 0,
-        "config": {},
-        "classes": list(classes),
-        "train_images": 10,
-        "val_images": 2,
-        "epochs": epochs,
-        "miou": miou,
-        "per_class_iou": classes,
-        "complete": True,
-    }
-    if baseline is not None:
-        document["baseline"] = {
-            "model": "accepted",
-            "miou": baseline,
-            "per_class_iou": dict.fromkeys(classes, baseline),
-        }
-    return json.dumps(document).encode()
+    """The job's metrics.json (the quality-gate tests' builder), for this run's dataset version."""
+    classes: dict[str, float | None] = {"road": miou, "car": miou}
+    accepted = (
+        {"model": "accepted", "miou": baseline, "per_class_iou": dict.fromkeys(classes, baseline)}
+        if baseline is not None
+        else None
+    )
+    document = gate_metrics(miou, classes, baseline=accepted, losses=losses)
+    return document.model_copy(update={"dataset_version": FIRST_RUN.dataset_version}).model_dump_json().encode()
 
 
 def _job_left(s3: FakeS3, members: dict[str, bytes] | None) -> None:
