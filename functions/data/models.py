@@ -83,7 +83,9 @@ class PairRecord(BaseModel):
     image_destination_version: str | None = None
     label_destination: str | None = None
     label_destination_version: str | None = None
-    dataset_version: str | None = None  # the first version that included this pair
+    # The first version that included this pair; None again when its batch is released (a held
+    # batch's pairs were in the screening run's version, but no model was trained on them).
+    dataset_version: str | None = None
     duplicate_of: str | None = None
 
     def side(self, role: Role) -> Side | None:

@@ -582,7 +582,12 @@ def release(
     never held again automatically. Exit 1: no such batch, or it is not held."""
     ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
     change = _change(lambda: release_batch(ledger, batch, reason=reason))
-    console.print(f"Released {escape(batch)}: the next run includes it ({MEANINGS[Trust.RELEASED]}).", soft_wrap=True)
+    pairs = f"{change.offered} curated {'pair' if change.offered == 1 else 'pairs'}"
+    console.print(
+        f"Released {escape(batch)}: the next run includes it ({MEANINGS[Trust.RELEASED]}); its {pairs} "
+        "are new data again, so the trigger starts that run by its usual rule.",
+        soft_wrap=True,
+    )
     if change.running:
         console.print(
             f"Run {change.running}, running now, keeps what it has: the release counts from the next run.",

@@ -21,12 +21,13 @@ from datetime import datetime
 from pydantic import BaseModel
 
 from functions.common import prefixes
-from functions.common.errors import RetrainError
+from functions.common.errors import ConcurrentUpdateError, RetrainError
 from functions.data.ledger import Ledger
 from functions.data.models import PairStatus, Trust, TrustRecord
 from retrain.ops.status import utc_now
 
 OPERATOR = "operator"
+OFFER_ATTEMPTS = 5  # reads of a pair the intake keeps changing under a release
 NEW = "new"  # no trust record: what the status and the messages call such a batch
 
 # One line each: what the trust means for the next runs (`retrain data held` and the refusals).
@@ -74,6 +75,8 @@ class TrustChange(BaseModel):
     after: str
     record: TrustRecord | None  # the record written; None once it is forgotten (a new batch again)
     running: str | None  # the run holding the retraining lock: it keeps the version it froze
+    # A release: the batch's curated pairs, offered to the trigger as new data again.
+    offered: int = 0
 
 
 def who(by: str, run: str | None) -> str:
@@ -125,7 +128,38 @@ def release_batch(
         at=clock(),
     )
     ledger.set_trust(record)
-    return _change(ledger, batch, current, record, record.at)
+    offered = _offer_again(ledger, batch, record.at)
+    return _change(ledger, batch, current, record, record.at).model_copy(update={"offered": offered})
+
+
+def _offer_again(ledger: Ledger, batch: str, now: datetime) -> int:
+    """Make a released batch's curated pairs new data for the trigger again; how many there are.
+
+    A batch that screening held was frozen into the version of the run that screened it, as new:
+    its pairs are marked with that version and the batch consumed, so the trigger would count
+    none of them new, and a release would wait for some other team's drop. No accepted model
+    was trained on them, so they are new: unmark them, then bring the batch back (in that order,
+    so the trigger never sees the batch back with nothing new in it and consumes it again).
+    """
+    curated = 0
+    for pair in ledger.pairs(batch):
+        if pair.status is not PairStatus.VALID:
+            continue
+        curated += 1
+        for _ in range(OFFER_ATTEMPTS):
+            found = ledger.pair(batch, pair.stem)
+            if found is None or found[0].status is not PairStatus.VALID or found[0].dataset_version is None:
+                break
+            record, revision = found
+            try:
+                ledger.put_pair(record.model_copy(update={"dataset_version": None}), revision + 1)
+                break
+            except ConcurrentUpdateError:
+                continue  # the intake changed the pair meanwhile (a new label): look again
+        else:
+            raise ConcurrentUpdateError(f"pair {batch}/{pair.stem} kept changing: run the release again")
+    ledger.touch_batch(batch, now)
+    return curated
 
 
 def hold_batch(

@@ -11,7 +11,7 @@ import pytest
 from moto import mock_aws
 
 from functions.data.ledger import Ledger
-from functions.data.models import LockRecord, PairRecord, PairStatus, Trust, TrustRecord
+from functions.data.models import BatchStatus, LockRecord, PairRecord, PairStatus, Trust, TrustRecord
 from retrain.local.cloudformation.stack import create_ledger_table
 from retrain.ops.trust import (
     TrustRefusedError,
@@ -72,6 +72,59 @@ def test_a_batch_held_by_screening_is_released_with_the_operators_reason_beside_
     assert not ledger.hold(record.model_copy(update={"trust": Trust.HELD, "by": "screening"})), (
         "screening held a batch an operator released"
     )
+
+
+def frozen_and_consumed(ledger: Ledger, name: str, version: str) -> None:
+    """What the trigger does to a batch when a run's version takes it in: every curated pair is
+    marked with the version, and the batch leaves the closed list."""
+    for pair in ledger.pairs(name):
+        found = ledger.pair(name, pair.stem)
+        assert found is not None
+        ledger.put_pair(found[0].model_copy(update={"dataset_version": version}), found[1] + 1)
+    found_batch = ledger.batch(name)
+    assert found_batch is not None
+    record, revision = found_batch
+    ledger.close_batch(record.model_copy(update={"status": BatchStatus.CLOSED}), revision)
+    closed = {batch.batch: (batch, rev) for batch, rev in ledger.closed_batches()}
+    assert ledger.consume_batch(*closed[name])
+
+
+def test_a_released_batch_the_screening_run_had_frozen_is_new_data_for_the_trigger_again(ledger: Ledger) -> None:
+    held_by_screening(ledger, "munich-12", "likely label errors")
+    frozen_and_consumed(ledger, "munich-12", RUN)
+    assert "munich-12" not in {batch.batch for batch, _ in ledger.closed_batches()}
+
+    change = release_batch(ledger, "munich-12", clock=clock)
+
+    assert change.offered == 3
+    assert [pair.dataset_version for pair in ledger.pairs("munich-12")] == [None, None, None]
+    (closed,) = [batch for batch, _ in ledger.closed_batches() if batch.batch == "munich-12"]
+    assert closed.last_seen == NOW, "back among the closed batches, settling from the release on"
+
+
+def test_a_release_reads_again_a_pair_the_intake_changed_under_it(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held_by_screening(ledger, "munich-12", "likely label errors")
+    frozen_and_consumed(ledger, "munich-12", RUN)
+    original = ledger.put_pair
+    raced: list[str] = []
+
+    def intake_writes_first(record: PairRecord, revision: int) -> None:
+        if not raced:  # a corrected label lands between the release's read and its write
+            raced.append(record.stem)
+            found = ledger.pair(record.batch, record.stem)
+            assert found is not None
+            original(found[0].model_copy(update={"label_destination_version": "v2"}), found[1] + 1)
+        original(record, revision)
+
+    monkeypatch.setattr(ledger, "put_pair", intake_writes_first)
+
+    release_batch(ledger, "munich-12", clock=clock)
+
+    assert [pair.dataset_version for pair in ledger.pairs("munich-12")] == [None, None, None]
+    (changed,) = [pair for pair in ledger.pairs("munich-12") if pair.stem == raced[0]]
+    assert changed.label_destination_version == "v2", "the intake's write is kept"
 
 
 @pytest.mark.parametrize(
