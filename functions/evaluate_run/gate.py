@@ -43,7 +43,8 @@ def judge(metrics: MetricsFile, policy: GatePolicy, accepted: AcceptedModel | No
     if trusted is not None and trusted.pairs and trusted.candidate and trusted.accepted:
         miou, classes = trusted.candidate.miou, trusted.candidate.per_class_iou
         baseline_miou, baseline_classes = trusted.accepted.miou, trusted.accepted.per_class_iou
-        where = f"both scored on {trusted.pairs} trusted validation pairs of {len(trusted.batches)} batches"
+        batches = f"{len(trusted.batches)} batch{'' if len(trusted.batches) == 1 else 'es'}"
+        where = f"both scored on {trusted.pairs} trusted validation pairs of {batches}"
     elif metrics.baseline is not None:
         miou, classes = metrics.miou, metrics.per_class_iou
         baseline_miou, baseline_classes = metrics.baseline.miou, metrics.baseline.per_class_iou
