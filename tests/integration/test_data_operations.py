@@ -63,9 +63,11 @@ def finish_runs(stack: OfflineStack, count: int) -> list[str]:
 
 
 def cli(stack: OfflineStack, *args: str) -> Any:
-    """`retrain data ...` as an engineer runs it, pointed at the stack by its environment."""
+    """`retrain data ...` as an engineer runs it, pointed at the stack by its environment (and a
+    server-mode stack's endpoint; under mock_aws every client reaches moto)."""
     env = {"DATA_BUCKET": stack.ref("DataBucket"), "LEDGER_TABLE": stack.ref("LedgerTable")}
-    return CliRunner().invoke(app, ["data", *args], env=env)
+    endpoint = ["--endpoint-url", stack.endpoint_url] if stack.endpoint_url else []
+    return CliRunner().invoke(app, ["data", *args, *endpoint], env=env)
 
 
 def versions(stack: OfflineStack, prefix: str = "") -> set[tuple[str, str]]:

@@ -24,16 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from functions.common.contracts import MetricsFile
 from functions.common.summary import RunSummary
-from retrain.cli import app
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from retrain.synth import write_scenes
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import audit, drain, executions, upload, wait_until
-from tests.integration.test_data_operations import trigger
+from tests.integration.test_data_operations import cli, trigger
 from trainer.screening import HoldRule
 
 # Four trainings (one of ten epochs), screening and evaluation: 106 s on 2 cores, quiet.
@@ -104,15 +102,6 @@ def metrics_of(stack: OfflineStack, run: str) -> MetricsFile:
     return MetricsFile.model_validate_json(body.read())
 
 
-def data_command(stack: OfflineStack, *args: str) -> Any:
-    """`retrain data ...` as an engineer runs it against the stack, at its endpoint."""
-    assert stack.endpoint_url, "a server-mode stack"
-    env = {"DATA_BUCKET": stack.ref("DataBucket"), "LEDGER_TABLE": stack.ref("LedgerTable")}
-    result = CliRunner().invoke(app, ["data", *args, "--endpoint-url", stack.endpoint_url], env=env)
-    assert result.exit_code == 0, result.output
-    return result
-
-
 def fetch(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:
         return str(response.read().decode())
@@ -158,7 +147,9 @@ def test_a_drop_with_swapped_classes_is_held_the_others_train_and_a_release_lets
     assert "<h2 id='new-data'>New data</h2>" in page and "retrain data release team-b" in page
     assert page.count("src='data:image/png;base64,") >= 3, "the held batch's worst pairs, pictured"
 
-    (held,) = json.loads(data_command(stack, "held", "--json").stdout)["held"]
+    listed = cli(stack, "held", "--json")
+    assert listed.exit_code == 0, listed.output
+    (held,) = json.loads(listed.stdout)["held"]
     assert (held["batch"], held["run"]) == ("team-b", second_run["name"])
 
     # Team C: good labels of scenes the model has never seen (night). Not held; trained on; the
@@ -180,7 +171,8 @@ def test_a_drop_with_swapped_classes_is_held_the_others_train_and_a_release_lets
     assert code == 0, report
 
     # An engineer looks at the pictures, decides B's labels are right after all, and releases it.
-    data_command(stack, "release", "team-b", "--reason", "checked by hand: the export is right")
+    released = cli(stack, "release", "team-b", "--reason", "checked by hand: the export is right")
+    assert released.exit_code == 0, released.output
     fourth_run = next_run(stack, start=True)
     fourth = summary_of(stack, fourth_run["name"])
     assert manifest_trusts(stack, fourth_run["name"]) == {
