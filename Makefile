@@ -19,7 +19,7 @@ SAM_STAMP := $(TOOLS)/sam/.installed-$(SAM_CLI_VERSION)
 CHECKOV_STAMP := $(TOOLS)/checkov/.installed-$(CHECKOV_VERSION)
 
 .DEFAULT_GOAL := help
-.PHONY: help venv tools run test test-slow test-all lint format typecheck pr bench stress-teardown validate-template sam-build package-trainer upload-trainer deploy lock clean
+.PHONY: help venv tools run test test-slow test-all lint format typecheck pr bench stress-teardown statemachine validate-template sam-build package-trainer upload-trainer deploy lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -85,6 +85,11 @@ $(CHECKOV_STAMP):
 	@touch $@
 
 tools: $(ASL_VALIDATOR_STAMP) $(SAM_STAMP) $(CHECKOV_STAMP) ## Install sam, checkov and asl-validator under .tools/
+
+# The state machine is written in statemachine/retrain.asl.yaml (anchors: one Retry, one Catch);
+# SAM and every check read the JSON rendered from it, which a unit test keeps exactly in step.
+statemachine: $(STAMP) ## Render statemachine/retrain.asl.yaml (edit that one) as retrain.asl.json (what SAM deploys)
+	$(BIN)/python -m retrain.statemachine
 
 # Each check in its own environment: cfn-lint from .venv (constraints.txt pins it), sam and
 # checkov from theirs under .tools/, asl-validator from npm. TEMPLATE and ASL name other files

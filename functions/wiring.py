@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         IntakeSettings,
         NotifySettings,
         PrepareRunSettings,
+        RunEndedSettings,
         SweeperSettings,
         TrainingJobSettings,
         TriggerSettings,
@@ -42,8 +43,10 @@ if TYPE_CHECKING:
     from functions.intake.logic import Intake
     from functions.notify.logic import Notifier
     from functions.prepare_run.logic import RunPreparer
+    from functions.run_ended.logic import RunEnded
     from functions.sweeper.logic import Sweeper
     from functions.training_job.run import TrainingJobs
+    from functions.training_job.waiting import JobWaits
     from functions.trigger.logic import Trigger
 
 # Handlers wear it as their innermost decorator: AWS still throttling or failing (5xx) after
@@ -108,14 +111,21 @@ def trigger(settings: TriggerSettings) -> Trigger:
 
 # ------------------------------------------------------------------------- a run --
 def run_preparer(settings: PrepareRunSettings) -> RunPreparer:
-    from functions.prepare_run.logic import RunPreparer
+    from functions.prepare_run.logic import RunLockGuard, RunPreparer
 
+    lock = RunLockGuard(
+        Ledger(clients.dynamodb(), settings.ledger_table),
+        clients.stepfunctions(),
+        settings.state_machine_arn,
+        ttl_seconds=settings.lock_ttl_seconds,
+    )
     return RunPreparer(
         clients.s3(),
         settings.data_bucket,
         poll_seconds=settings.poll_seconds,
         poll_max_seconds=settings.poll_max_seconds,
         notify_on_start=settings.notify_on_start,
+        lock=lock,
     )
 
 
@@ -133,7 +143,30 @@ def dataset_sync(settings: DatasetSyncSettings) -> DatasetSync:
 def training_jobs(settings: TrainingJobSettings) -> TrainingJobs:
     from functions.training_job.run import TrainingJobs, job_config
 
-    return TrainingJobs(job_config(settings), clients.sagemaker(), clients.s3(), settings.data_bucket)
+    ledger = Ledger(clients.dynamodb(), settings.ledger_table)
+    return TrainingJobs(job_config(settings), clients.sagemaker(), clients.s3(), settings.data_bucket, ledger)
+
+
+def job_waits(settings: TrainingJobSettings) -> JobWaits:
+    from functions.training_job.waiting import JobWaits
+
+    jobs = training_jobs(settings)
+    assert jobs.ledger is not None
+    return JobWaits(jobs, jobs.ledger, clients.stepfunctions())
+
+
+def run_ended(settings: RunEndedSettings) -> RunEnded:
+    from functions.run_ended.logic import RunEnded
+
+    ledger = Ledger(clients.dynamodb(), settings.ledger_table)
+    return RunEnded(
+        ledger,
+        clients.sagemaker(),
+        clients.stepfunctions(),
+        clients.lambda_(),
+        settings.notify_function,
+        settings.trigger_function,
+    )
 
 
 def evaluator(settings: EvaluateRunSettings) -> Evaluator:
@@ -173,4 +206,5 @@ def notifier(settings: NotifySettings, secrets: SecretsProvider) -> Notifier:
         region=settings.aws_region,
         report_reader_role_arn=settings.report_reader_role_arn,
         webhook=SlackWebhookSecret(secrets, settings.slack_webhook_secret_arn),
+        sfn=clients.stepfunctions(),
     )

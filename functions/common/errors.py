@@ -72,3 +72,14 @@ class TrainingJobOverdueError(RetrainError):
 
 class RunArtifactsMissingError(RetrainError):
     """A completed job's output lacks what evaluation needs (model.tar.gz, metrics.json)."""
+
+
+class RunCleanupError(RetrainError):
+    """A step of the cleanup after a stopped or timed-out run failed (EventBridge's asynchronous
+    invocation is retried; every step is idempotent)."""
+
+
+class LockHeldByAnotherRunError(RetrainError):
+    """PrepareRun: another execution that is RUNNING (or a purge) holds the run lock, so this one
+    would train beside it. Not retried; the failure branch stops nothing (no job was created),
+    tells the team, and its release frees nothing (the lock is not this execution's)."""

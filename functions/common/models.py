@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    field_validator,
 )
 
 from functions.common import prefixes
@@ -143,6 +144,12 @@ class RunFailure(BaseModel):
     state: str = "unknown"
     error: str = Field(default="Unknown", alias="Error")
     cause: str = Field(default="", alias="Cause")
+
+    @field_validator("cause", mode="before")
+    @classmethod
+    def _no_cause_is_empty(cls, value: object) -> object:
+        # SendTaskFailure's cause is optional: a failure from a task token may carry none.
+        return "" if value is None else value
 
     @property
     def message(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from functions.common.errors import InvalidEventError, InvalidRunInputError
@@ -89,12 +90,55 @@ class StopTraining(BaseModel):
     state: RunState  # the whole state of the failed run: what got that far
 
 
-TrainingRequest = Annotated[StartTraining | CheckTraining | StopTraining, Field(discriminator="action")]
-_TRAINING_REQUEST: TypeAdapter[StartTraining | CheckTraining | StopTraining] = TypeAdapter(TrainingRequest)
+class AwaitTraining(BaseModel):
+    """ "Wait for the training job to end" (`.waitForTaskToken`): its task token, to be answered
+    when the job ends (`functions/training_job/waiting.py`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Literal["await"]
+    run: RunContext
+    job: JobState
+    token: str = Field(min_length=1, max_length=1024)
 
 
-def parse_training_request(event: dict[str, Any]) -> StartTraining | CheckTraining | StopTraining:
+class SweepWaits(BaseModel):
+    """The safety poll's schedule: look at every job a run waits for."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Literal["sweep"]
+
+
+class JobStateChange(BaseModel):
+    """EventBridge's "SageMaker Training Job State Change", as the rule delivers it (the detail
+    carries DescribeTrainingJob's fields; only these two are read)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Literal["event"] = "event"
+    job_name: str
+    status: str
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> JobStateChange:
+        parsed = EventBridgeModel.model_validate(event)
+        detail = parsed.detail if isinstance(parsed.detail, dict) else {}
+        if not isinstance(detail.get("TrainingJobName"), str) or not isinstance(detail.get("TrainingJobStatus"), str):
+            raise InvalidEventError(f"{parsed.detail_type} from {parsed.source} names no training job and status")
+        return cls(job_name=detail["TrainingJobName"], status=detail["TrainingJobStatus"])
+
+
+TrainingRequestType = StartTraining | CheckTraining | StopTraining | AwaitTraining | SweepWaits
+TrainingRequest = Annotated[TrainingRequestType, Field(discriminator="action")]
+_TRAINING_REQUEST: TypeAdapter[TrainingRequestType] = TypeAdapter(TrainingRequest)
+
+
+def parse_training_request(event: dict[str, Any]) -> TrainingRequestType | JobStateChange:
+    """A state's request (by its `action`), the safety poll's, or an EventBridge event."""
     try:
+        if "detail-type" in event:
+            return JobStateChange.from_event(event)
         return _TRAINING_REQUEST.validate_python(event)
     except ValidationError as exc:
         raise InvalidEventError(

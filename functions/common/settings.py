@@ -48,17 +48,29 @@ class SweeperSettings(LedgerSettings):
     trigger_function: str = ""
 
 
+# The run lock's lease: longer than the state machine's own TimeoutSeconds (30 days: 28 of
+# TrainingMaxRuntimeSeconds at most, plus the FSx import and evaluation), so no run outlives its
+# lease. The trigger and PrepareRun ask Step Functions whether a run's execution is RUNNING
+# whatever its lease says; the lease is for readers that cannot ask (a purge's dry run, trust).
+LOCK_TTL_SECONDS = 31 * 24 * 3600
+
+
 class TriggerSettings(LedgerSettings):
     state_machine_arn: str = Field(min_length=20)
     min_new_pairs: int = Field(default=500, ge=1)
     max_delay_seconds: int = Field(default=6 * 3600, ge=0)
     settle_seconds: int = Field(default=60, ge=0)
-    lock_ttl_seconds: int = Field(default=7 * 24 * 3600, ge=60)
+    lock_ttl_seconds: int = Field(default=LOCK_TTL_SECONDS, ge=60)
     val_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
 
 
-class PrepareRunSettings(DataBucketSettings):
-    """The first state of a run reads the manifest; the layout comes from `prefixes`."""
+class PrepareRunSettings(LedgerSettings):
+    """The first state of a run reads the manifest (the layout comes from `prefixes`) and makes
+    sure its execution holds the run lock, as the trigger would have it."""
+
+    # The executions that hold the lock are this machine's (the trigger's STATE_MACHINE_ARN).
+    state_machine_arn: str = Field(min_length=20)
+    lock_ttl_seconds: int = Field(default=LOCK_TTL_SECONDS, ge=60)
 
     # The first wait of every polling loop of a run (the loops back off from it).
     poll_seconds: int = Field(default=60, ge=0)
@@ -74,11 +86,19 @@ class DatasetSyncSettings(DataBucketSettings):
     import_timeout_seconds: int = Field(default=3 * 3600, ge=60)
 
 
-class TrainingJobSettings(DataBucketSettings):
-    """The job itself is configured by `TRAINING_JOB_*` variables (`functions/training_job`)."""
+class TrainingJobSettings(LedgerSettings):
+    """The job itself is configured by `TRAINING_JOB_*` variables (`functions/training_job`); the
+    ledger keeps each run's job name and the waits for jobs (`functions/data/ledger_jobs.py`)."""
 
     # Merged over TRAINING_JOB_HYPERPARAMETERS: the template's free-form JSON of trainer flags.
     training_extra_hyperparameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+class RunEndedSettings(LedgerSettings):
+    """The cleanup after a run that ended without its failure branch (`functions/run_ended`)."""
+
+    notify_function: str = Field(min_length=1)
+    trigger_function: str = Field(min_length=1)
 
 
 class EvaluateRunSettings(LedgerSettings):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -135,3 +136,15 @@ class ObjectVersion(BaseModel):
     version_id: str
     delete_marker: bool = False
     latest: bool = False
+
+
+class WaitingJob(BaseModel):
+    """A run waiting for its training job to end: the Step Functions task token its wait state
+    handed out, kept until the job's end is sent back (by its event, or by the safety poll)."""
+
+    job_name: str
+    execution: str
+    token: str = Field(min_length=1, max_length=1024)
+    run: dict[str, Any]  # the run's RunContext, as the state machine passed it
+    job: dict[str, Any]  # the JobState of the wait's start
+    since: datetime

@@ -4,8 +4,13 @@ From the job's output (`model.tar.gz`, `output.tar.gz`, and with the Debugger ba
 statuses and ProfilerReport files) this writes, under `reports/runs/<run>/`, `metrics.json`,
 `rules.json`, the profiling report and `summary.json`. An accepted model's weights go to
 `models/runs/<run>/model.pt` (the next run's starting point), it is registered in the model
-package group as PendingManualApproval, and `models/accepted.json` names it, last: that write is
-the moment the model is accepted, so a retry after a crash redoes everything before it.
+package group as PendingManualApproval, and then `models/accepted.json` names it: that write is
+the moment the model is accepted. It is conditional (S3's If-Match on the ETag read just before,
+or If-None-Match for the first model), and made only while `accepted.json` still names the model
+this run was compared with, so two evaluations can never both believe they set it: the one that
+loses says which run was accepted instead, and its model stays registered but not accepted. The
+batches' trust, `summary.json` and the history page come after it, with the outcome that held; a
+retry that finds `accepted.json` naming this run already goes on from there.
 """
 
 from __future__ import annotations
@@ -15,14 +20,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
 from functions.common import prefixes
 from functions.common.contracts import MetricsFile
-from functions.common.errors import RunArtifactsMissingError
+from functions.common.errors import ConcurrentUpdateError, RunArtifactsMissingError
 from functions.common.models import AcceptedModel, JobState, RunContext
 from functions.common.rules import RulesFile, parse_rules_file
-from functions.common.summary import JobSummary, RuleVerdict, RunArtifacts, RunSummary
+from functions.common.summary import GateVerdict, JobSummary, RuleVerdict, RunArtifacts, RunSummary
 from functions.data.storage import DataBucket
 from functions.evaluate_run import history
 from functions.evaluate_run.artifacts import read_members
@@ -41,6 +47,10 @@ if TYPE_CHECKING:
 OUTPUT_MEMBERS = {"metrics.json", "rules.json", "report.html", SCREENING_MEMBER}
 MODEL_MEMBERS = {"model.pt", "metrics.json"}
 RUN_TAG = "retrain:run"
+# S3's answers to a conditional write whose condition no longer holds: another write came first
+# (412), is in flight (409), or removed the object an If-Match named (404).
+LOST_WRITE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
+COMMIT_TRIES = 3
 
 
 class Evaluation(BaseModel):
@@ -98,12 +108,6 @@ class Evaluator:
                 run.run, SCREENING_MEMBER, outputs[SCREENING_MEMBER], "application/json"
             )
         # Before the commit point below: a retry redoes these, and they are idempotent.
-        trained = metrics.evaluation.trained_batches if metrics.evaluation else []
-        changes = (
-            self.trust.record(run.run, screening, accepted=verdict.accepted, trained=trained, now=now)
-            if self.trust is not None
-            else TrustChanges()
-        )
         report = outputs.get("report.html") or self._debugger_report(described)
         if report is not None:
             artifacts.report = self._put_bytes(run.run, "report.html", report, "text/html; charset=utf-8")
@@ -134,6 +138,18 @@ class Evaluator:
                 accepted_at=now,
                 model_package_arn=package_arn,
             )
+            # The commit point: from now on the next run starts from this model, unless another
+            # run's was accepted since this one started.
+            instead = self._commit(accepted, run.accepted)
+            if instead is not None:
+                verdict = _accepted_meanwhile(verdict, instead, run.accepted, package_arn)
+        # After the commit point, with the outcome that held; a retry redoes these, and they are idempotent.
+        trained = metrics.evaluation.trained_batches if metrics.evaluation else []
+        changes = (
+            self.trust.record(run.run, screening, accepted=verdict.accepted, trained=trained, now=now)
+            if self.trust is not None
+            else TrustChanges()
+        )
         summary = RunSummary(
             run=run.run,
             outcome="accepted" if verdict.accepted else "rejected",
@@ -176,9 +192,6 @@ class Evaluator:
         self._put(data, run.run, "summary.json", summary.model_dump_json(indent=2), "application/json")
         # Every run on one page (reports/index.html), this one included; links in every message.
         history.rewrite(self.s3, self.bucket, newest=summary)
-        if verdict.accepted:
-            # The commit point: from now on the next run starts from this model.
-            data.put_text(prefixes.ACCEPTED_MODEL, accepted.model_dump_json(indent=2), "application/json")
         return Evaluation(
             outcome=summary.outcome,
             summary_uri=artifacts.summary,
@@ -186,6 +199,46 @@ class Evaluator:
             baseline_miou=verdict.baseline_miou,
             model_package_arn=package_arn,
         )
+
+    # --------------------------------------------------------- the commit --
+    def _commit(self, accepted: AcceptedModel, baseline: AcceptedModel | None) -> str | None:
+        """Make `models/accepted.json` name `accepted`, if it still names `baseline` (the model
+        this run was compared with; None: none). None when it does now; otherwise the run it
+        names instead ("" when it names none), and nothing was written."""
+        expected = baseline.run if baseline is not None else None
+        for _ in range(COMMIT_TRIES):
+            named, etag = self._accepted_now()
+            if named == accepted.run:
+                return None  # a retry after this run's own write
+            if named != expected:
+                return named or ""
+            request: dict[str, Any] = {
+                "Bucket": self.bucket,
+                "Key": prefixes.ACCEPTED_MODEL,
+                "Body": accepted.model_dump_json(indent=2).encode(),
+                "ContentType": "application/json",
+            }
+            # Only over the version read above, or, where there was none, only if there still is none.
+            request.update({"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"})
+            try:
+                self.s3.put_object(**request)
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") in LOST_WRITE:
+                    continue  # it changed between our read and our write: read it again
+                raise
+            return None
+        raise ConcurrentUpdateError(f"{prefixes.ACCEPTED_MODEL} kept changing while run {accepted.run} was accepted")
+
+    def _accepted_now(self) -> tuple[str | None, str | None]:
+        """The run `models/accepted.json` names now, and its ETag; (None, None) when there is none."""
+        try:
+            response = self.s3.get_object(Bucket=self.bucket, Key=prefixes.ACCEPTED_MODEL)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                return None, None
+            raise
+        named = json.loads(response["Body"].read()).get("run")
+        return (str(named) if named is not None else ""), response["ETag"]
 
     # ------------------------------------------------------------ the rules --
     def _rules(self, described: Any, outputs: dict[str, bytes], now: datetime) -> RulesFile | None:
@@ -276,6 +329,21 @@ class Evaluator:
         key = prefixes.run_report_key(run, name)
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
         return self._uri(key)
+
+
+def _accepted_meanwhile(
+    verdict: GateVerdict, instead: str, baseline: AcceptedModel | None, package_arn: str | None
+) -> GateVerdict:
+    """The gate let the model through, but another run's model was accepted since this run
+    started: this one is not accepted, and says why first."""
+    if instead:
+        what = f"run {instead} was accepted meanwhile: {prefixes.ACCEPTED_MODEL} names it"
+    else:
+        what = f"{prefixes.ACCEPTED_MODEL} was removed meanwhile"
+    compared = f"run {baseline.run}'s model" if baseline is not None else "no model (the first run)"
+    kept = f"it stays registered ({package_arn}) but is not accepted" if package_arn else "it is not accepted"
+    reason = f"{what}, while this model was compared with {compared}: {kept}"
+    return verdict.model_copy(update={"accepted": False, "reasons": [reason, *verdict.reasons]})
 
 
 def job_summary(described: Any) -> JobSummary:

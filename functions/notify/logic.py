@@ -23,12 +23,14 @@ from functions.common.requests import NotifyRequest
 from functions.common.summary import RunArtifacts, RunSummary
 from functions.data.storage import DataBucket
 from functions.notify import render, slack
+from functions.notify.history import failed_state
 from functions.notify.links import RunLinks, presign_report, run_links
 from functions.notify.secret import SlackSecretError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sns import SNSClient
+    from mypy_boto3_stepfunctions import SFNClient
     from mypy_boto3_sts import STSClient
 
 STOPPED_ERRORS = frozenset({"TrainingJobStoppedError", "RunCancelled"})  # RunCancelled: `retrain runs cancel`
@@ -65,6 +67,9 @@ class Notifier:
     region: str
     report_reader_role_arn: str
     webhook: Callable[[], str | None]  # the Slack webhook URL, read when a message is sent
+    # Which state failed, from the execution's history: the failure branch does not write it into
+    # the state (`retrain runs cancel` and RunEndedFunction do, and need no client).
+    sfn: SFNClient | None = None
 
     def notify(self, request: NotifyRequest, now: datetime | None = None) -> Notified:
         now = now or datetime.now(UTC)
@@ -160,6 +165,8 @@ class Notifier:
 
     def _failure_summary(self, request: NotifyRequest, now: datetime) -> RunSummary:
         state = request.state or RunState()
+        if state.failed_state is None and self.sfn is not None and request.execution_arn:
+            state = state.model_copy(update={"failed_state": failed_state(self.sfn, request.execution_arn)})
         failure = state.failure
         run = state.run
         name = run.run if run is not None and run.run else request.execution

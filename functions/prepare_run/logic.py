@@ -1,22 +1,85 @@
 """Check the dataset version a run was started for, and describe it for the later states: its
-size, the run's name, and the accepted model the run starts from and is compared with."""
+size, the run's name, and the accepted model the run starts from and is compared with.
+
+The first state of every execution also makes sure its execution holds the run lock: one the
+trigger started holds it already; one an operator started by hand (StartExecution) takes a free
+lock as the trigger would; one that would train beside another run is refused by name
+(`LockHeldByAnotherRunError`), before anything was created for it.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from functions.common import prefixes
-from functions.common.errors import DatasetVersionNotFoundError
+from functions.common.errors import (
+    ConcurrentUpdateError,
+    DatasetVersionNotFoundError,
+    InvalidRunInputError,
+    LockHeldByAnotherRunError,
+)
 from functions.common.models import AcceptedModel, RunContext
 from functions.common.requests import RunInput
+from functions.data.ledger import Ledger
+from functions.data.models import LockRecord
+from functions.data.run_lock import still_held
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_stepfunctions import SFNClient
+
+LOCK_TRIES = 3  # looks at the lock when others keep changing it between a look and a write
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class RunLockGuard:
+    """This execution holds the run lock, or it does not run (`functions/data/run_lock.py`)."""
+
+    ledger: Ledger
+    sfn: SFNClient
+    state_machine_arn: str
+    ttl_seconds: int
+    clock: Callable[[], datetime] = field(default=_now)
+
+    def hold(self, execution: str) -> None:
+        """Return once `execution` holds the lock: it did already (the trigger or `retrain runs
+        rerun` took it for it), or it took a free one. Raise `LockHeldByAnotherRunError` while
+        another execution that is RUNNING, or a purge, holds it."""
+        for _ in range(LOCK_TRIES):
+            now = self.clock()
+            lock = self.ledger.lock()
+            if lock is not None and lock.holder == execution:
+                return
+            if lock is not None and still_held(lock, now, self.sfn, self.state_machine_arn):
+                raise LockHeldByAnotherRunError(_refusal(lock, execution))
+            record = LockRecord(holder=execution, acquired_at=now, expires_at=now + timedelta(seconds=self.ttl_seconds))
+            if self.ledger.acquire_lock(record, replacing=lock):
+                return
+            # Another holder took it between our look and our write: look again.
+        raise ConcurrentUpdateError(f"the run lock kept changing while execution {execution} tried to take it")
+
+
+def _refusal(lock: LockRecord, execution: str) -> str:
+    if Ledger.is_purge_holder(lock.holder):
+        return (
+            f"a purge ({lock.holder}) holds the retraining lock until {lock.expires_at:%Y-%m-%d %H:%M:%S} UTC: "
+            f"this execution ({execution}) would train on data being erased; start it again when the purge "
+            "has ended, or use `retrain runs rerun`"
+        )
+    return (
+        f"run {lock.holder} holds the retraining lock: this execution ({execution}) would train beside it; "
+        f"start it again when {lock.holder} has ended, or use `retrain runs rerun`"
+    )
 
 
 @dataclass(frozen=True)
@@ -26,6 +89,8 @@ class RunPreparer:
     poll_seconds: int  # the first wait of every polling loop of the run
     poll_max_seconds: int
     notify_on_start: bool = False
+    # The run lock every execution must hold; None only where a test looks at the sizing alone.
+    lock: RunLockGuard | None = None
 
     def prepare(self, run: RunInput) -> RunContext:
         bucket = self.bucket
@@ -38,6 +103,13 @@ class RunPreparer:
                     f"dataset version {run.dataset_version!r} has no manifest at s3://{bucket}/{key}"
                 ) from exc
             raise
+        if self.lock is not None:
+            if run.execution is None:
+                raise InvalidRunInputError(
+                    "no execution name: a run's first state is passed $$.Execution.Name, the holder the "
+                    "run lock must name; start runs through the state machine"
+                )
+            self.lock.hold(run.execution)
         lines = [raw for raw in manifest["Body"].iter_lines() if raw.strip()]
         images = _images(lines)
         accepted = accepted_model(self.s3, bucket)

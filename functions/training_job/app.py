@@ -1,14 +1,16 @@
-"""StartTraining, WaitForJob and the failure branch's stop: one function around the job."""
+"""Start the run's job, wait for its end (its events, the safety poll), stop it on failure: one
+function around the job."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
 
 from functions import wiring
 from functions.common import observability
-from functions.common.requests import parse_training_request
+from functions.common.requests import AwaitTraining, JobStateChange, SweepWaits, parse_training_request
 from functions.common.settings import TrainingJobSettings, load_settings
 
 logger, tracer, metrics = observability.for_function()
@@ -20,6 +22,9 @@ logger, tracer, metrics = observability.for_function()
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = load_settings(TrainingJobSettings)
     request = parse_training_request(event)
-    result = wiring.training_jobs(settings).handle(request)
+    if isinstance(request, AwaitTraining | SweepWaits | JobStateChange):
+        result: BaseModel = wiring.job_waits(settings).handle(request)
+    else:
+        result = wiring.training_jobs(settings).handle(request)
     logger.info("training job %s", request.action, extra=result.model_dump(mode="json"))
     return result.model_dump(mode="json")

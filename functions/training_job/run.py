@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
 
     from functions.common.settings import TrainingJobSettings
+    from functions.data.ledger import Ledger
 
 # After MaxRuntime (and a spot job's MaxWait) SageMaker stops the job itself; this much later we
 # stop waiting for it to say so.
@@ -68,6 +69,8 @@ class TrainingJobs:
     sagemaker: SageMakerClient
     s3: S3Client
     bucket: str
+    # Where each run's job name is kept (`Ledger.record_run_job`); None in tests of the job alone.
+    ledger: Ledger | None = None
 
     def handle(self, request: StartTraining | CheckTraining | StopTraining) -> JobState | StopOutcome:
         """What the state asks for: start the run's job, look at it, or stop it after a failure."""
@@ -80,8 +83,16 @@ class TrainingJobs:
                 return self.stop_if_started(request.state)
 
     def start(self, run: RunContext) -> JobState:
+        recorded = self._recorded_job(run)
+        if recorded is not None:
+            return recorded
         config, training_run = self._job_for_run(run)
-        started = start_training_job(build_training_job_request(config, training_run), sagemaker=self.sagemaker)
+        request = build_training_job_request(config, training_run)
+        if self.ledger is not None and run.run:
+            # Kept before the job exists: whatever ends this run finds the job by the run's name,
+            # and a retry of this state finds it even if the code or the stack changed meanwhile.
+            self.ledger.record_run_job(run.run, request["TrainingJobName"])
+        started = start_training_job(request, sagemaker=self.sagemaker)
         return JobState(
             job_name=started.job_name,
             job_arn=started.job_arn,
@@ -136,10 +147,35 @@ class TrainingJobs:
             }
         )
 
+    def _recorded_job(self, run: RunContext) -> JobState | None:
+        """The job an earlier attempt of this run created, computed once: its name is in the
+        ledger, so an `upload-trainer` or a stack update between two attempts (which changes the
+        name `training_job_name` would compute) cannot start a second job."""
+        name = self.ledger.run_job(run.run) if self.ledger is not None and run.run else None
+        if name is None:
+            return None
+        try:
+            described: Any = self.sagemaker.describe_training_job(TrainingJobName=name)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ValidationException":
+                return None  # recorded, then the create failed: this attempt creates it
+            raise
+        return JobState(
+            job_name=name,
+            job_arn=described["TrainingJobArn"],
+            status=described["TrainingJobStatus"],
+            wait_seconds=run.poll_seconds,
+            created_at=described.get("CreationTime"),
+            already_existed=True,
+        )
+
     def stop_if_started(self, state: RunState) -> StopOutcome:
         """Stop this execution's job if it exists and still runs (the failure branch's first step)."""
+        recorded = self.ledger.run_job(state.run.run) if self.ledger is not None and state.run is not None else None
         if state.job is not None:
             name = state.job.job_name
+        elif recorded is not None:
+            name = recorded
         elif state.run is not None:
             try:
                 name = training_job_name(*self._job_for_run(state.run))

@@ -4,8 +4,9 @@ A retraining starts when closed, settled batches hold at least `min_new_pairs` c
 run has seen, or at least one such pair whose batch closed more than `max_delay_seconds` ago.
 Starting freezes a dataset version (a manifest of every curated pair of settled batches, pinned
 by S3 VersionId and sha256) and starts the state machine with the version as execution name, all
-under a lock lease in DynamoDB. A lease whose holder is not running (finished, killed, or never
-started) is taken over, so a lost run cannot block retraining forever.
+under the run lock in DynamoDB (`functions/data/run_lock.py`). A lock whose run is not running
+(finished, killed, or never started) is taken over, so a lost run cannot block retraining
+forever; one whose run is RUNNING is not, even after its lease expired.
 
 A settled batch whose curated pairs are all in a dataset version is consumed (it leaves the
 ledger's list of closed batches), so deciding reads only the batches that may hold new pairs,
@@ -31,9 +32,11 @@ from functions.common import prefixes
 from functions.common.contracts import ManifestEntry, dump_manifest, split_for
 from functions.common.errors import DatasetVersionNotFoundError
 from functions.common.requests import TriggerInput
+from functions.common.settings import LOCK_TTL_SECONDS
 from functions.common.taxonomy import Taxonomy
 from functions.data.ledger import Ledger
 from functions.data.models import BatchRecord, LockRecord, PairRecord, PairStatus, Trust
+from functions.data.run_lock import still_held
 from functions.data.storage import DataBucket
 
 if TYPE_CHECKING:
@@ -45,7 +48,7 @@ class TriggerPolicy:
     min_new_pairs: int = 500
     max_delay_seconds: int = 6 * 3600
     settle_seconds: int = 60  # no object of a closed batch for this long: its events are in
-    lock_ttl_seconds: int = 7 * 24 * 3600
+    lock_ttl_seconds: int = LOCK_TTL_SECONDS
     val_fraction: float = 0.1
 
 
@@ -191,21 +194,7 @@ class Trigger:
             self.ledger.consume_batch(batch, revision)
 
     def _holder_running(self, lock: LockRecord, now: datetime) -> bool:
-        if now >= lock.expires_at:
-            return False
-        if Ledger.is_purge_holder(lock.holder):
-            # A purge is erasing (no execution to look up): its short lease says how long it may.
-            return True
-        try:
-            status = self.sfn.describe_execution(executionArn=self._execution_arn(lock.holder))["status"]
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
-                return False  # the trigger died between taking the lock and starting the run
-            raise
-        return status == "RUNNING"
-
-    def _execution_arn(self, name: str) -> str:
-        return f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
+        return still_held(lock, now, self.sfn, self.state_machine_arn)
 
     def _start(self, name: str, version: str) -> None:
         try:

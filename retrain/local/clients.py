@@ -11,6 +11,7 @@ from functions.common import clients
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_fsx import FSxClient
     from mypy_boto3_logs import CloudWatchLogsClient
     from mypy_boto3_s3 import S3Client
@@ -33,6 +34,8 @@ class StackClients:
     # On boto3's default session: their calls reach the offline stack's emulators.
     fsx: FSxClient
     sagemaker: SageMakerClient
+    # PutEvents reaches the stack's event bus (moto keeps the rules but calls no Lambda target).
+    events: EventBridgeClient
     # Untyped: the project installs no stubs for these three, used only to create resources.
     kms: Any
     ec2: Any
@@ -55,6 +58,7 @@ class StackClients:
             logs=client("logs"),
             fsx=clients.make("fsx", endpoint_url=endpoint_url),
             sagemaker=clients.make("sagemaker", endpoint_url=endpoint_url),
+            events=clients.make("events", endpoint_url=endpoint_url),
             kms=client("kms"),
             ec2=client("ec2"),
             cloudwatch=client("cloudwatch"),

@@ -296,7 +296,7 @@ class Demo:
             for event in events[seen:]:
                 job = self._narrate(event, job) or job
                 exited = event.get("stateExitedEventDetails")
-                if exited and exited["name"] == "Check the training job":
+                if exited and exited["name"] == "Wait for the training job to end":
                     state = run_state(exited.get("output")) or RunState()
                     if state.job is not None and (state.job.status, state.job.secondary_status) != last_status:
                         last_status = (state.job.status, state.job.secondary_status)
@@ -319,8 +319,9 @@ class Demo:
     def _narrate(self, event: dict[str, Any], job: str | None) -> str | None:
         """One line per stage as its state ends; returns the job's name once it exists."""
         entered = event.get("stateEnteredEventDetails")
-        if entered and entered["name"].endswith(": failed"):
-            self.console.print(f"  [red]{entered['name']}[/red]")
+        if entered and entered["name"] == "Stop the training job if one was created":
+            # The failure branch's first state: the run failed (the message says where and why).
+            self.console.print("  [red]the run failed: its failure branch stops the job and tells the team[/red]")
             return None
         exited = event.get("stateExitedEventDetails")
         if not exited:

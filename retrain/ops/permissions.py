@@ -65,6 +65,7 @@ FUNCTION_PLACEHOLDERS = {
     "TrainingJobFunction": "training_job",
     "EvaluateRunFunction": "evaluate_run",
     "NotifyFunction": "notify",
+    "RunEndedFunction": "run_ended",
 }
 
 PERMISSIONS: dict[str, tuple[Grant, ...]] = {
@@ -159,6 +160,12 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (no accepted model before the first run)"),
         S3_READ_KEY,
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem"),
+            ("{ledger}",),
+            "its execution must hold the run lock: reads it, takes a free one (a conditional write)",
+        ),
+        Grant(("states:DescribeExecution",), ("{executions}",), "is the lock holder's run still running?"),
     ),
     "DatasetSyncFunction": (
         Grant(
@@ -202,6 +209,33 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(("s3:GetObject",), ("{bucket}/code/sourcedir.tar.gz",), "HeadObject: the trainer's code_sha256 metadata"),
         Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (the trainer was never uploaded)"),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
+            ("{ledger}",),
+            "each run's job name (found again by a retry and by whatever ends the run); the runs waiting for "
+            "a job, with their task tokens, forgotten once answered",
+        ),
+        Grant(("dynamodb:Query",), ("{ledger}/index/state",), "the safety poll lists every waiting run"),
+        Grant(
+            ("states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"),
+            ("*",),
+            "answers a run's wait for its job (and keeps it alive); these actions have no resource-level "
+            "permissions: the task token is the authority",
+        ),
+    ),
+    "RunEndedFunction": (
+        Grant(("dynamodb:GetItem",), ("{ledger}",), "whose run holds the lock, and the run's job name"),
+        Grant(
+            ("sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"),
+            ("{jobs}",),
+            "stops the job of a run stopped from the console or timed out (no Catch ran)",
+        ),
+        Grant(("states:GetExecutionHistory",), ("{executions}",), "the state the run was in when it ended"),
+        Grant(
+            ("lambda:InvokeFunction",),
+            ("{notify}", "{trigger}"),
+            "the failure branch's message and lock release, reused for the ends that skip it",
+        ),
     ),
     "EvaluateRunFunction": (
         Grant(("sagemaker:DescribeTrainingJob",), ("{jobs}",), "where the finished job put its output"),
@@ -218,9 +252,10 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(
             ("s3:GetObject",),
-            ("{bucket}/training/*", "{bucket}/reports/runs/*"),
+            ("{bucket}/training/*", "{bucket}/reports/runs/*", "{bucket}/models/accepted.json"),
             "the job's model.tar.gz and output.tar.gz (and Debugger's profiler reports); every run's "
-            "summary.json, for the runs' history page (reports/index.html)",
+            "summary.json, for the runs' history page (reports/index.html); the accepted model's ETag, "
+            "which the conditional write of models/accepted.json names",
         ),
         Grant(
             ("s3:ListBucket",),
@@ -260,6 +295,12 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         Grant(("s3:GetObject",), ("{bucket}/reports/runs/*",), "the run's summary.json"),
         Grant(("s3:PutObject",), ("{bucket}/reports/runs/*",), "a failed run's summary.json"),
         Grant(("kms:Decrypt", "kms:GenerateDataKey"), ("{key}",), "reads and writes SSE-KMS objects", VIA_S3),
+        Grant(
+            ("states:GetExecutionHistory",),
+            ("{executions}",),
+            "a failed run's message and summary.json name the state that failed: the last one its execution's "
+            "history entered before the failure branch (the branch does not write it into the state)",
+        ),
     ),
     "RetrainStateMachine": (
         Grant(

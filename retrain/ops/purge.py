@@ -174,11 +174,10 @@ def _purge_record(now: datetime, seconds: float, acquired_at: datetime | None = 
 
 
 def _held(lock: LockRecord, now: datetime, runs: Runs | None) -> bool:
-    """Whether `lock` keeps a purge out: a live purge's lease, or a run's that may be running."""
-    if now >= lock.expires_at:
-        return False
+    """Whether `lock` keeps a purge out: a live purge's lease, or a run that may be running,
+    whatever its lease says (functions/data/run_lock.py: a run's lock is held while it runs)."""
     if Ledger.is_purge_holder(lock.holder) or runs is None:
-        return True
+        return now < lock.expires_at  # nothing to ask: the lease is all there is
     return runs.running(lock, now)
 
 

@@ -169,6 +169,11 @@ def needs(call: Call, *, region: str, account: str, key_arn: str) -> list[Need]:
             return [Need("states:StartExecution", params["stateMachineArn"])]
         if operation == "DescribeExecution":
             return [Need("states:DescribeExecution", params["executionArn"])]
+        if operation == "GetExecutionHistory":
+            return [Need("states:GetExecutionHistory", params["executionArn"])]
+        if operation in {"SendTaskSuccess", "SendTaskFailure", "SendTaskHeartbeat"}:
+            # No resource-level permissions: the task token is the authority.
+            return [Need(f"states:{operation}", "*")]
         raise UnmodelledCallError(f"stepfunctions.{operation}")
     if service == "fsx":
         task = arn.format("fsx") + "task/{}"

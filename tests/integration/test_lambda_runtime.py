@@ -21,10 +21,10 @@ NAMES = ["LEDGER_TABLE", "POWERTOOLS_SERVICE_NAME", "DATA_BUCKET", "ONLY_IN_A"]
 
 def test_each_function_sees_only_the_environment_the_template_gives_it(stack: OfflineStack) -> None:
     intake = stack.runtime.spec("retrain-local-IntakeFunction").environment
-    prepare = stack.runtime.spec("retrain-local-PrepareRunFunction").environment
+    sync = stack.runtime.spec("retrain-local-DatasetSyncFunction").environment
     assert intake["LEDGER_TABLE"] == stack.ref("LedgerTable")
-    assert "LEDGER_TABLE" not in prepare
-    assert intake["DATA_BUCKET"] == prepare["DATA_BUCKET"] == stack.ref("DataBucket")  # Globals
+    assert "LEDGER_TABLE" not in sync
+    assert intake["DATA_BUCKET"] == sync["DATA_BUCKET"] == stack.ref("DataBucket")  # Globals
 
     add_test_function(stack, "fn-a", "show_environment", ONLY_IN_A="a", POWERTOOLS_SERVICE_NAME="a")
     add_test_function(stack, "fn-b", "show_environment", POWERTOOLS_SERVICE_NAME="b")

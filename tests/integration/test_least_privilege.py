@@ -42,6 +42,8 @@ NOT_REACHED = {
     ("TriggerFunction", "s3:GetObject", "{bucket}/dataset/manifests/*"): "an operator's rerun of a frozen version",
     ("TriggerFunction", "s3:ListBucket", "{bucket}"): "a rerun of a version with no manifest (404)",
     ("TriggerFunction", "states:DescribeExecution", "{executions}"): "a look while another run holds the lock",
+    ("PrepareRunFunction", "dynamodb:PutItem", "{ledger}"): "a manual StartExecution takes a free lock itself",
+    ("PrepareRunFunction", "states:DescribeExecution", "{executions}"): "a manual start while another run may hold it",
     ("DatasetSyncFunction", "fsx:CancelDataRepositoryTask", "{fsx_tasks}"): "an import that outlived its timeout",
     (
         "TrainingJobFunction",
@@ -54,8 +56,19 @@ NOT_REACHED = {
         "the group ARN is authorised for AWS's check of the group; the call names the new package's ARN"
     ),
     ("NotifyFunction", "s3:PutObject", "{bucket}/reports/runs/*"): "a failed run's summary.json (this run succeeds)",
+    ("NotifyFunction", "states:GetExecutionHistory", "{executions}"): "the same: which state the failed run failed at",
     ("EvaluateRunFunction", "dynamodb:GetItem", "{ledger}"): "a batch held by screening: its report is rewritten",
     ("EvaluateRunFunction", "dynamodb:Query", "{ledger}"): "the same: the held batch's files and pairs are read",
+    ("TrainingJobFunction", "dynamodb:Query", "{ledger}/index/state"): "the safety poll (its schedule is not played)",
+    ("TrainingJobFunction", "states:SendTaskFailure", "*"): "a job that failed or was stopped",
+    ("TrainingJobFunction", "states:SendTaskHeartbeat", "*"): "the safety poll, for a job still running",
+    # RunEndedFunction acts after a console stop or a timeout only (tests/integration/test_run_ends.py).
+    ("RunEndedFunction", "dynamodb:GetItem", "{ledger}"): "a run stopped from the console or timed out",
+    ("RunEndedFunction", "lambda:InvokeFunction", "{notify}"): "the same: the team is told",
+    ("RunEndedFunction", "lambda:InvokeFunction", "{trigger}"): "the same: the lock is released",
+    ("RunEndedFunction", "sagemaker:DescribeTrainingJob", "{jobs}"): "the same: is its job still running?",
+    ("RunEndedFunction", "sagemaker:StopTrainingJob", "{jobs}"): "the same: its job is stopped",
+    ("RunEndedFunction", "states:GetExecutionHistory", "{executions}"): "the same: the state it was in",
 }
 
 

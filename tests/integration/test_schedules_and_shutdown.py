@@ -27,10 +27,11 @@ def test_the_template_schedules_are_played_by_the_ticker() -> None:
         assert expressions == {
             "retrain-local-SweeperFunction": "rate(5 minutes)",
             "retrain-local-TriggerFunction": "rate(15 minutes)",
+            "retrain-local-TrainingJobFunction": "rate(5 minutes)",  # the safety poll of job waits
         }
         deadline = time.monotonic() + 10
-        while len({i.function for i in stack.runtime.invocations}) < 2:
-            assert time.monotonic() < deadline, "the ticker did not fire both schedules"
+        while len({i.function for i in stack.runtime.invocations}) < 3:
+            assert time.monotonic() < deadline, "the ticker did not fire every schedule"
             time.sleep(0.05)
 
         sweep = next(i for i in stack.runtime.invocations if "Sweeper" in i.function)

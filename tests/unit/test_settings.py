@@ -7,7 +7,7 @@ import pytest
 from functions.common.errors import ConfigurationError
 from functions.common.prefixes import batch_of
 from functions.common.requests import RunInput
-from functions.common.settings import IntakeSettings, PrepareRunSettings, load_settings
+from functions.common.settings import DatasetSyncSettings, IntakeSettings, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -27,12 +27,12 @@ def test_a_missing_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_settings_are_read_once_per_function_class(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_REGION", "eu-central-1")
-    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "prepare-run")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "dataset-sync")
     monkeypatch.setenv("DATA_BUCKET", "bucket-one")
-    first = load_settings(PrepareRunSettings)
+    first = load_settings(DatasetSyncSettings)
     monkeypatch.setenv("DATA_BUCKET", "bucket-two")
 
-    assert load_settings(PrepareRunSettings) is first
+    assert load_settings(DatasetSyncSettings) is first
     assert first.data_bucket == "bucket-one"
 
 

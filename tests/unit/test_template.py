@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from functions.notify.history import FAILURE_BRANCH
+from retrain import statemachine
 from retrain.local.cloudformation.resources import substitute_definition
 from retrain.local.cloudformation.template import Created, Resolver, TemplateError, load_template
 
 ROOT = Path(__file__).resolve().parents[2]
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9]+)\}")
+ASL_YAML = ROOT / "statemachine" / "retrain.asl.yaml"
+ASL_JSON = ROOT / "statemachine" / "retrain.asl.json"
 
 
 def state_machines() -> list[tuple[str, dict[str, object], Path]]:
@@ -42,14 +46,66 @@ def test_a_placeholder_left_without_substitution_stops_the_offline_stack(tmp_pat
         substitute_definition(asl, {"TopicArn": "arn:aws:sns:us-east-1:1:t"})
 
 
-def test_states_are_named_as_sentences_and_every_task_retries() -> None:
+def test_states_are_named_as_sentences() -> None:
     for _, _, asl in state_machines():
         states = json.loads(asl.read_text(encoding="utf-8"))["States"]
         for name, state in states.items():
-            if state["Type"] == "Task":
-                assert state.get("Retry"), f"{name} has no Retry"
             if state["Type"] not in {"Succeed", "Fail"}:
                 assert " " in name, f"state {name!r} is not a sentence"
+
+
+def test_every_task_retries_transient_errors_with_backoff_and_jitter() -> None:
+    transient = {
+        "Lambda.ServiceException",
+        "Lambda.TooManyRequestsException",
+        "Sandbox.Timedout",
+        "AwsServiceBusyError",
+    }
+    for _, _, asl in state_machines():
+        states = json.loads(asl.read_text(encoding="utf-8"))["States"]
+        for name, state in states.items():
+            if state["Type"] != "Task":
+                continue
+            retried = {error for rule in state.get("Retry", []) for error in rule["ErrorEquals"]}
+            assert transient <= retried, f"{name} does not retry {transient - retried}"
+            for rule in state["Retry"]:
+                assert rule["BackoffRate"] > 1 and rule["JitterStrategy"] == "FULL", name
+                assert "States.ALL" not in rule["ErrorEquals"], f"{name} retries what is not transient"
+
+
+def test_the_json_that_sam_deploys_is_exactly_the_rendering_of_the_yaml() -> None:
+    assert statemachine.is_current(ASL_YAML, ASL_JSON), (
+        f"{ASL_JSON.name} is not the rendering of {ASL_YAML.name}: edit the YAML, then run make statemachine"
+    )
+    assert PLACEHOLDER.findall(ASL_YAML.read_text(encoding="utf-8")), "the ${...} substitutions are in the YAML"
+
+
+def test_the_rendering_resolves_anchors_leaves_shared_out_and_keeps_placeholders(tmp_path: Path) -> None:
+    source = tmp_path / "machine.asl.yaml"
+    source.write_text(
+        "# a comment, which the JSON cannot keep\n"
+        "Shared:\n  Retry: &retry [{ErrorEquals: [Sandbox.Timedout], MaxAttempts: 2}]\n"
+        "StartAt: Start training\n"
+        "States:\n"
+        "  Start training:\n    Type: Task\n    Resource: ${F}\n    Retry: *retry\n    Next: Stop\n"
+        "  Stop:\n    Type: Task\n    Resource: ${G}\n    Retry: *retry\n    ResultPath: null\n    End: true\n",
+        encoding="utf-8",
+    )
+    target = tmp_path / "machine.asl.json"
+    retry = [{"ErrorEquals": ["Sandbox.Timedout"], "MaxAttempts": 2}]
+
+    assert json.loads(statemachine.render(source)) == {
+        "StartAt": "Start training",
+        "States": {
+            "Start training": {"Type": "Task", "Resource": "${F}", "Retry": retry, "Next": "Stop"},
+            "Stop": {"Type": "Task", "Resource": "${G}", "Retry": retry, "ResultPath": None, "End": True},
+        },
+    }
+    assert not statemachine.is_current(source, target), "no JSON yet"
+    target.write_text(statemachine.render(source), encoding="utf-8")
+    assert statemachine.is_current(source, target)
+    target.write_text(statemachine.render(source).replace('"MaxAttempts": 2', '"MaxAttempts": 3', 1))
+    assert not statemachine.is_current(source, target), "a hand edit of the JSON is caught"
 
 
 def test_every_error_the_state_machine_names_is_one_the_functions_raise() -> None:
@@ -69,24 +125,60 @@ def test_every_error_the_state_machine_names_is_one_the_functions_raise() -> Non
         assert named - ours == set(), f"{asl.name} names errors nothing raises"
 
 
-def test_every_task_of_the_run_that_fails_notes_where_and_stops_the_job_first() -> None:
-    failure_branch = {
-        "Stop the training job if one was created",
-        "Tell the team the run failed",
-        "Release the lock after the failure",
+def test_every_task_of_the_run_that_fails_stops_the_job_first() -> None:
+    # Their own Catch on purpose: the failure branch goes on whatever happens to its states, and
+    # the lock release ends the run as it went.
+    own_catch = {
+        *FAILURE_BRANCH,
         "Release the lock and look for new data",
         "Tell the team the run started",  # a started message that fails never fails the run
+        "Tell the team how the run went",  # nor does a failed last message undo the run's outcome
     }
     for _, _, asl in state_machines():
         states = json.loads(asl.read_text(encoding="utf-8"))["States"]
-        for name, state in states.items():
-            if state["Type"] != "Task" or name in failure_branch:
-                continue
-            (catch,) = state["Catch"]
-            noted = states[catch["Next"]]
-            assert catch["ErrorEquals"] == ["States.ALL"], name
-            assert (noted["Type"], noted["Result"]) == ("Pass", name), f"{name} does not say it failed"
-            assert noted["Next"] == "Stop the training job if one was created", name
+        tasks = [name for name, state in states.items() if state["Type"] == "Task" and name not in own_catch]
+        assert len(tasks) >= 7
+        for name in tasks:
+            assert states[name]["Catch"] == [
+                {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": FAILURE_BRANCH[0]}
+            ], f"{name} does not go to the failure branch with its error"
+        assert not [name for name, state in states.items() if "failed_state" in json.dumps(state)], (
+            "the failed state is read from the execution's history, not written into the state"
+        )
+
+
+def test_the_failure_branch_is_the_one_notify_knows_and_each_of_its_states_goes_on() -> None:
+    """functions/notify/history.py takes the failed state to be the last one entered before the
+    first of FAILURE_BRANCH: the branch must be exactly those states, in that order."""
+    for _, _, asl in state_machines():
+        states = json.loads(asl.read_text(encoding="utf-8"))["States"]
+        branch, name = [], FAILURE_BRANCH[0]
+        while name is not None:
+            branch.append(name)
+            state = states[name]
+            if state["Type"] == "Task":
+                (catch,) = state["Catch"]
+                assert (catch["ErrorEquals"], catch["Next"]) == (["States.ALL"], state["Next"]), name
+            name = state.get("Next")
+        assert tuple(branch) == FAILURE_BRANCH
+        assert states[FAILURE_BRANCH[-1]]["Type"] == "Fail"
+        entered_otherwise = {
+            target
+            for source, state in states.items()
+            if source not in FAILURE_BRANCH
+            for target in [state.get("Next"), state.get("Default")]
+            + [rule["Next"] for rule in [*state.get("Choices", []), *state.get("Catch", [])]]
+        }
+        assert entered_otherwise & set(FAILURE_BRANCH) == {FAILURE_BRANCH[0]}, "the branch is entered at its start"
+
+
+def test_a_failed_last_message_leaves_the_runs_outcome_and_still_releases_the_lock() -> None:
+    for _, _, asl in state_machines():
+        states = json.loads(asl.read_text(encoding="utf-8"))["States"]
+        (catch,) = states["Tell the team how the run went"]["Catch"]
+        assert catch["ErrorEquals"] == ["States.ALL"] and catch["ResultPath"] == "$.notify_error"
+        noted = states[catch["Next"]]
+        assert (noted["Type"], noted["Next"]) == ("Pass", "Release the lock and look for new data")
 
 
 def test_short_form_tags_resolve_like_cloudformation(tmp_path: Path) -> None:

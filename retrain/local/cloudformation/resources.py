@@ -2,8 +2,8 @@
 
 One method per resource type; each returns what the resource answers to `Ref` and `Fn::GetAtt`,
 so later resources resolve against it. Functions and their event sources are not created in moto
-(it would need Docker to run them): they go to the in-process runtime, the SQS poller and the
-ticker instead. A type this file does not know stops the stack with its name.
+(it would need Docker to run them): they go to the in-process runtime, the SQS poller, the
+ticker and the event bus instead. A type this file does not know stops the stack with its name.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from retrain.local.cloudformation.template import Created, Resolver, Template, TemplateError
+from retrain.local.eventbridge import DEFAULT_BUS, EventBusError, EventRule, compile_pattern
 from retrain.local.lambda_runtime.contract import FunctionSpec
 from retrain.local.lambda_runtime.poller import EventSourceMapping
 from retrain.local.lambda_runtime.ticker import Schedule
@@ -43,6 +46,7 @@ class CreatedStack:
     functions: list[FunctionSpec] = field(default_factory=list)
     mappings: list[EventSourceMapping] = field(default_factory=list)
     schedules: list[Schedule] = field(default_factory=list)
+    rules: list[EventRule] = field(default_factory=list)
     outputs: dict[str, str] = field(default_factory=dict)
 
 
@@ -371,6 +375,9 @@ class ResourceBuilder:
             timeout_seconds=int(merged.get("Timeout", 3)),
             memory_mb=int(merged.get("MemorySize", 128)),
             events=merged.get("Events", {}),
+            reserved_concurrency=(
+                int(merged["ReservedConcurrentExecutions"]) if "ReservedConcurrentExecutions" in merged else None
+            ),
         )
         self._stack.functions.append(spec)
         for event_name, event in spec.events.items():
@@ -407,10 +414,53 @@ class ResourceBuilder:
                     payload=payload,
                 )
             )
+        elif kind == "EventBridgeRule":
+            self._event_rule(spec, event_name, props)
         else:
             raise TemplateError(
                 f"{spec.logical_id}.Events.{event_name} is a {kind} event, which the offline stack cannot deliver"
             )
+
+    def _event_rule(self, spec: FunctionSpec, event_name: str, props: dict[str, Any]) -> None:
+        """A rule on the default bus with the function as its target: created in moto (so it is
+        listed as on AWS) and given to the stack's event bus, which delivers what matches."""
+        where = f"{spec.logical_id}.Events.{event_name}"
+        reshaped = sorted(set(props) & {"Input", "InputPath", "InputTransformer"})
+        if reshaped:
+            raise TemplateError(
+                f"{where} sets {', '.join(reshaped)}: the offline stack delivers the matched event itself, "
+                "as it is; give the function the whole event and let it pick what it needs"
+            )
+        unknown = sorted(set(props) - _RULE_PROPERTIES)
+        if unknown:
+            raise TemplateError(f"{where}: the offline stack does not know {', '.join(unknown)} of an EventBridgeRule")
+        bus = str(props.get("EventBusName", DEFAULT_BUS))
+        if bus.rsplit("/", 1)[-1] != DEFAULT_BUS:
+            raise TemplateError(f"{where}: the offline stack has only the default event bus, not {bus}")
+        pattern = props.get("Pattern")
+        if not isinstance(pattern, dict) or not pattern:
+            raise TemplateError(f"{where} needs a Pattern (a map)")
+        for unplayed in ("RetryPolicy", "DeadLetterConfig"):
+            if unplayed in props:
+                log.info("%s: %s is not played offline (a refused delivery is logged)", where, unplayed)
+        rule_name = str(props.get("RuleName") or f"{spec.name}-{event_name}")[:64]
+        state = props.get("State", "ENABLED")
+        if state not in ("ENABLED", "DISABLED"):
+            raise TemplateError(f"{where}: State is ENABLED or DISABLED, not {state!r}")
+        enabled = state == "ENABLED"
+        function_arn = self._arn("lambda", f"function:{spec.name}")
+        target_id = str(props.get("Target", {}).get("Id") or f"{spec.logical_id}{event_name}LambdaTarget")[:64]
+        try:
+            compile_pattern(pattern, rule_name)
+            self._aws.events.put_rule(
+                Name=rule_name, EventPattern=json.dumps(pattern), State="ENABLED" if enabled else "DISABLED"
+            )
+            self._aws.events.put_targets(Rule=rule_name, Targets=[{"Id": target_id, "Arn": function_arn}])
+        except (ClientError, EventBusError, ValueError) as error:
+            raise TemplateError(f"{where}: EventBridge refuses the rule: {error}") from None
+        self._stack.rules.append(
+            EventRule(function=function_arn, rule_name=rule_name, pattern=pattern, enabled=enabled)
+        )
 
     # ------------------------------------------------------- Step Functions --
     def _state_machine(self, logical_id: str, props: dict[str, Any]) -> Created:
@@ -452,6 +502,12 @@ def _with_globals(globals_: dict[str, Any], props: dict[str, Any]) -> dict[str, 
             merged[key] = value
     return merged
 
+
+# SAM's EventBridgeRule event properties the offline stack honours (or, for RetryPolicy and
+# DeadLetterConfig, accepts without playing); Input, InputPath and InputTransformer it refuses.
+_RULE_PROPERTIES = frozenset(
+    {"Pattern", "RuleName", "State", "EventBusName", "Target", "RetryPolicy", "DeadLetterConfig"}
+)
 
 # CloudFormation's AWS::CloudWatch::Alarm properties that PutMetricAlarm takes under the same name.
 _ALARM_FIELDS = frozenset(

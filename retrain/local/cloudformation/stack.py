@@ -3,9 +3,10 @@
 `OfflineStack` starts moto (in-process `mock_aws` for tests, `ThreadedMotoServer` on loopback for
 `retrain local up`) with its Step Functions engine on, creates the template's resources, hosts the
 functions in-process (or, with `lambda_concurrency` above one, in worker processes that run
-invocations at the same time), and plays the SQS event-source mappings and the schedules. `stop()`
-leaves nothing running: executions are stopped and their threads joined, and the worker processes
-ended, before moto goes away.
+invocations at the same time), and plays the SQS event-source mappings, the schedules and
+EventBridge's delivery of AWS services' events to the functions' rules (`stack.eventbridge`).
+`stop()` leaves nothing running: executions are stopped and their threads joined, and the worker
+processes ended, before moto goes away.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Literal, TextIO
 
 from moto import mock_aws
 from moto.stepfunctions.parser.utils import TMP_THREADS
+from moto.stepfunctions.responses import StepFunctionResponse
 
 from functions.common import prefixes
 from functions.common.errors import RetrainError
@@ -34,6 +36,7 @@ from retrain.local.clients import StackClients
 from retrain.local.cloudformation.resources import CreatedStack, ResourceBuilder
 from retrain.local.cloudformation.template import Created, Resolver, TemplateError, load_template
 from retrain.local.emulators import EmulatorRegistry
+from retrain.local.eventbridge import Event, EventBus, ExecutionWatcher
 from retrain.local.fsx.emulator import FsxEmulator
 from retrain.local.gateway import GatewayMotoServer
 from retrain.local.lambda_runtime.lambdas import LambdaRuntime
@@ -114,6 +117,11 @@ class StackOptions:
     delivery: Delivery = "ordered"
     duplicate_fraction: float = 0.2
     delivery_seed: int | None = None
+    # Look for executions whose status changed every `watch_seconds` in the background, for the
+    # "Step Functions Execution Status Change" events; off: only `stack.eventbridge.sweep()` looks.
+    # Independent of `poll` and `tick`: AWS sends these events whoever drives the functions.
+    watch_executions: bool = True
+    watch_seconds: float = 0.2
 
     def __post_init__(self) -> None:
         if self.lambda_concurrency < 1:
@@ -130,6 +138,8 @@ class StackOptions:
             raise StackOptionsError(f"delivery is one of {', '.join(DELIVERIES)}, not {self.delivery!r}")
         if not 0.0 <= self.duplicate_fraction <= 1.0:
             raise StackOptionsError(f"duplicate_fraction is between 0 and 1, not {self.duplicate_fraction}")
+        if self.watch_seconds <= 0:
+            raise StackOptionsError(f"watch_seconds is above 0, not {self.watch_seconds}")
 
     @property
     def pollers(self) -> int:
@@ -150,6 +160,7 @@ class OfflineStack:
         self._runtime: LambdaRuntime | None = None
         self._poller: SqsPoller | None = None
         self._ticker: Ticker | None = None
+        self._eventbridge: EventBus | None = None
         self._workdir: Path | None = None
         self._own_workdir = False
         self._function_log: TextIO | None = None
@@ -173,6 +184,8 @@ class OfflineStack:
             # First: every client of boto3's default session made from now on reaches them.
             self.emulators.install()
             aws = StackClients.create(region=options.region, endpoint_url=self.endpoint_url)
+            # Before the emulators that emit: its rules come with the functions, further down.
+            eventbridge = self._make_eventbridge()
             network = _offline_network(aws, template.parameters, options.parameters)
             parameters = _parameters(template.parameters, {**network, **options.parameters})
             workdir = self._make_workdir()
@@ -187,6 +200,7 @@ class OfflineStack:
                 account_id=ACCOUNT_ID,
                 resolve_file_system=self.fsx.mount_path,
                 rule_delay_seconds=options.rule_delay_seconds,
+                on_event=eventbridge.emit,
             )
             self.training.register(self.emulators)
             resolver = Resolver(
@@ -249,6 +263,7 @@ class OfflineStack:
             )
             for schedule in created.schedules:
                 self._ticker.add(schedule)
+            self._start_eventbridge(aws, created)
             if options.poll:
                 self._poller.start()
             if options.tick:
@@ -262,6 +277,9 @@ class OfflineStack:
         """Stop everything this stack started, in the order that leaves nothing behind (and moto
         itself even when a step fails, so the next stack starts blank)."""
         try:
+            if self._eventbridge is not None:
+                # First: what stopping does (aborted executions, stopped jobs) invokes nothing.
+                self._eventbridge.close()
             if self._ticker is not None:
                 self._ticker.stop()
             if self._poller is not None:
@@ -303,11 +321,26 @@ class OfflineStack:
             else:
                 os.environ[name] = value
         self._saved_environment = {}
-        self._aws = self._created = self._runtime = self._poller = self._ticker = None
+        self._aws = self._created = self._runtime = self._poller = self._ticker = self._eventbridge = None
         self.fsx = self.training = None
         if self._own_workdir and self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
         self._workdir = None
+
+    def _make_eventbridge(self) -> EventBus:
+        bus = EventBus(region=self.options.region, account_id=ACCOUNT_ID, invoke=self._invoke_async)
+        # A function's (or a test's) PutEvents reaches the bus too; moto would call no Lambda.
+        self.emulators.register("events", "PutEvents", bus.put_events)
+        self._eventbridge = bus
+        return bus
+
+    def _start_eventbridge(self, aws: StackClients, created: CreatedStack) -> None:
+        bus = self.eventbridge
+        for rule in created.rules:
+            bus.add(rule)
+        bus.add_sweeper(ExecutionWatcher(aws.stepfunctions, bus).sweep)
+        if self.options.watch_executions:
+            bus.start(self.options.watch_seconds)
 
     def _make_workdir(self) -> Path:
         if self.options.workdir is not None:
@@ -393,6 +426,13 @@ class OfflineStack:
         return self._ticker
 
     @property
+    def eventbridge(self) -> EventBus:
+        """The default event bus: what was emitted and delivered, `sweep()`, `lose(...)`."""
+        if self._eventbridge is None:
+            raise RuntimeError("the offline stack is not running")
+        return self._eventbridge
+
+    @property
     def created(self) -> CreatedStack:
         if self._created is None:
             raise RuntimeError("the offline stack is not running")
@@ -417,6 +457,13 @@ class OfflineStack:
         spec = self.runtime.spec(self.ref(logical_id))
         self.runtime.add(replace(spec, environment={**spec.environment, **variables}))
         self.runtime.cold_start(spec.name)
+
+    def _invoke_async(self, function: str, event: Event) -> None:
+        """EventBridge's delivery to a Lambda target: an asynchronous Invoke (InvocationType
+        Event), through the same path as any other client's."""
+        self.runtime.handle_invoke(
+            {"FunctionName": function, "InvocationType": "Event", "Payload": json.dumps(event).encode()}
+        )
 
     # ------------------------------------------------------- executions --
     def wait_for_execution(self, execution_arn: str, timeout: float = 60) -> dict[str, Any]:
@@ -539,3 +586,17 @@ def _check_constraints(name: str, value: str, spec: dict[str, Any]) -> None:
                 raise TemplateError(f"parameter {name}: {item} is below its MinValue {spec['MinValue']}{hint}")
             if "MaxValue" in spec and number > float(spec["MaxValue"]):
                 raise TemplateError(f"parameter {name}: {item} is above its MaxValue {spec['MaxValue']}{hint}")
+
+
+def _send_task_failure_with_its_cause(self: StepFunctionResponse) -> Any:
+    """moto 5.2.5's SendTaskFailure drops the request's `cause` before its engine sees it; AWS hands
+    it to the state's Catch (`Cause`), and the run's message quotes it. Pass it through."""
+    from moto.core.responses import EmptyResult  # noqa: PLC0415
+
+    self.stepfunction_backend.send_task_failure(  # type: ignore[call-arg]
+        self._get_param("taskToken"), error=self._get_param("error"), cause=self._get_param("cause")
+    )
+    return EmptyResult()
+
+
+StepFunctionResponse.send_task_failure = _send_task_failure_with_its_cause  # type: ignore[method-assign]

@@ -28,6 +28,9 @@ class FunctionSpec:
     timeout_seconds: int = 3
     memory_mb: int = 128
     events: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # ReservedConcurrentExecutions: at most this many invocations at once; one more is throttled
+    # (`LambdaRuntime.throttles`). None: the function draws on the account's unreserved pool.
+    reserved_concurrency: int | None = None
 
 
 class LambdaContext:

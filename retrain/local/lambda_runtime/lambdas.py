@@ -4,13 +4,24 @@ Each function gets the environment the template gives it, applied only for the l
 invocation (one process hosts every function, so nothing may leak from one to another), and a
 cold start of its own: its handler module is imported afresh inside that environment, so
 module-level Powertools objects and settings see that function's variables. Invocations are
-serialised: the environment is process-wide, and a reserved concurrency of one is how the
-offline stack keeps it honest. An exception becomes a `FunctionError` whose error name is the
-exception class, so the state machine's Retry and Catch behave as on AWS.
+serialised: the environment is process-wide. An exception becomes a `FunctionError` whose error
+name is the exception class, so the state machine's Retry and Catch behave as on AWS.
 
 With a concurrency above one (`StackOptions.lambda_concurrency`, server mode), the handlers run
 instead in worker processes, up to that many per function, at the same time (`workers.py`): the
 same records, error names and timeouts, but concurrent, each process with its own environment.
+
+A function's reserved concurrency (`ReservedConcurrentExecutions`) is kept as Lambda keeps it, in
+both modes: an invocation is in flight from the moment it is admitted until it ends, and one that
+finds that many of its function's invocations in flight is throttled, counted in `throttles` (the
+offline stand-in for the function's AWS/Lambda `Throttles` metric, which FunctionThrottlesAlarm
+sums). A synchronous `Invoke` is then refused with `TooManyRequestsException` (429) by the worker
+processes, which the caller's botocore retries as it retries AWS's; everything else (an asynchronous `Invoke`, an
+EventBridge target, a schedule, an SQS batch) is tried again after a backoff until it runs, as
+Lambda's asynchronous queue retries a throttled event: never dropped. In this process an admitted
+invocation may wait for its turn (one at a time) and is in flight meanwhile, as it would be running
+on AWS, so a synchronous call is not refused here (it would only be refused for an invocation
+that cannot run before it ends); the worker processes, truly concurrent, are the closer measure.
 
 What the functions print (Powertools' JSON logs and its EMF metric documents, which CloudWatch
 Logs receives on AWS) goes to this process's stdout, or to the `output` stream when one is given.
@@ -26,6 +37,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, redirect_stdout
 from dataclasses import dataclass
@@ -38,6 +50,11 @@ from retrain.local.lambda_runtime.contract import FunctionSpec, Handler, LambdaC
 from retrain.local.lambda_runtime.workers import CallError, EnvironmentPool, RuntimeStoppedError
 
 log = logging.getLogger(__name__)
+
+# Lambda's asynchronous queue retries a throttled event after 1 s, then at growing intervals up to
+# 5 minutes; offline the same doubling, scaled down so that a test waits seconds, not minutes.
+RETRY_FIRST_SECONDS = 0.1
+RETRY_MAX_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,14 @@ class LambdaRuntime:
         self._handlers: dict[str, Handler] = {}
         self._lock = threading.RLock()
         self.invocations: list[Invocation] = []
+        # Per function: the invocations admitted and not yet ended, and the throttles so far
+        # (every refused or postponed attempt counts, as each does in AWS/Lambda Throttles).
+        self._admission = threading.Lock()
+        self._in_flight: Counter[str] = Counter()
+        self.throttles: Counter[str] = Counter()
+        # Asynchronous invocations accepted (202) and not yet ended: Lambda's asynchronous queue.
+        self._queued: Counter[str] = Counter()
+        self._closed = threading.Event()
         self._output = output
         self._pool = (
             EnvironmentPool(
@@ -102,7 +127,9 @@ class LambdaRuntime:
         return set() if self._pool is None else self._pool.pids
 
     def close(self) -> None:
-        """Stop the worker processes, busy or not (the stack calls it when it stops)."""
+        """Stop the worker processes, busy or not (the stack calls it when it stops); a throttled
+        invocation waiting for its retry is dropped."""
+        self._closed.set()
         if self._pool is not None:
             self._pool.close()
 
@@ -129,7 +156,49 @@ class LambdaRuntime:
             ) from None
 
     def invoke(self, name_or_arn: str, event: Any) -> Invocation:
+        """One invocation as an event source makes it (an SQS batch, a schedule, the asynchronous
+        queue): while the function's reserved concurrency is in use it is throttled and tried
+        again after a backoff, until it runs. (Lambda's SQS event source would return a throttled
+        batch to the queue instead; the template's mappings never exceed the reserved concurrency.)"""
         spec = self.spec(name_or_arn)
+        delay = RETRY_FIRST_SECONDS
+        while not self._admit(spec):
+            if self._closed.wait(delay):
+                raise RuntimeStoppedError(f"{spec.name}: the runtime stopped while a throttled invocation waited")
+            delay = min(2 * delay, RETRY_MAX_SECONDS)
+        try:
+            return self._run(spec, event)
+        finally:
+            self._leave(spec)
+
+    @property
+    def in_flight(self) -> dict[str, int]:
+        """The invocations of each function admitted and not yet ended."""
+        with self._admission:
+            return {name: count for name, count in self._in_flight.items() if count}
+
+    @property
+    def queued(self) -> dict[str, int]:
+        """The asynchronous invocations of each function accepted and not yet ended (waiting for
+        a retry after a throttle, or running)."""
+        with self._admission:
+            return {name: count for name, count in self._queued.items() if count}
+
+    def _admit(self, spec: FunctionSpec, *, enforce: bool = True) -> bool:
+        """Count the invocation in flight, or, when its reserved concurrency is all in use, a throttle."""
+        with self._admission:
+            limit = spec.reserved_concurrency
+            if enforce and limit is not None and self._in_flight[spec.name] >= limit:
+                self.throttles[spec.name] += 1
+                return False
+            self._in_flight[spec.name] += 1
+            return True
+
+    def _leave(self, spec: FunctionSpec) -> None:
+        with self._admission:
+            self._in_flight[spec.name] -= 1
+
+    def _run(self, spec: FunctionSpec, event: Any) -> Invocation:
         request_id = str(uuid.uuid4())
         if self._pool is not None:
             # JSON there and back, as the in-process call's result is; the event too, here.
@@ -170,11 +239,25 @@ class LambdaRuntime:
         if invocation_type == "DryRun":
             return {"StatusCode": 204}
         if invocation_type == "Event":
+            with self._admission:
+                self._queued[spec.name] += 1
             threading.Thread(
                 target=self._invoke_later, args=(spec.name, event), name=f"lambda-{spec.name}", daemon=True
             ).start()
             return {"StatusCode": 202}
-        invocation = self.invoke(spec.name, event)
+        # In this process an admitted invocation may only be waiting for its turn (it would be
+        # running on AWS): refusing a synchronous call then would be an offline artifact, harsher
+        # than Lambda. The worker processes, truly concurrent, refuse as Lambda does.
+        if not self._admit(spec, enforce=self._pool is not None):
+            raise EmulatedServiceError(
+                "TooManyRequestsException",
+                f"Rate Exceeded. {spec.name} has a reserved concurrency of {spec.reserved_concurrency}, all in use",
+                status=429,
+            )
+        try:
+            invocation = self._run(spec, event)
+        finally:
+            self._leave(spec)
         response: dict[str, Any] = {
             "StatusCode": 200,
             "ExecutedVersion": "$LATEST",
@@ -185,11 +268,15 @@ class LambdaRuntime:
         return response
 
     def _invoke_later(self, name: str, event: Any) -> None:
-        """An asynchronous invocation; one that finds the stack stopping is dropped, quietly."""
+        """An asynchronous invocation (throttled ones retried); one that finds the stack stopping
+        is dropped, quietly."""
         try:
             self.invoke(name, event)
         except RuntimeStoppedError:
             log.info("%s: an asynchronous invocation was dropped, the stack is stopping", name)
+        finally:
+            with self._admission:
+                self._queued[name] -= 1
 
     def cold_start(self, name: str) -> None:
         """Forget one function's imported handler and the cached settings (its next call is cold)."""

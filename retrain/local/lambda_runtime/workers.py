@@ -6,8 +6,9 @@ started on the function's first call that finds none free (its cold start: the h
 imported there, once), kept for the calls after it (warm starts), and stopped with the stack. Its
 `os.environ` is exactly the function's (the stack's process environment, the base environment
 and the template's variables), so nothing leaks from one function to another however many run
-at once. When all of a function's environments are busy, the next call waits for one, as a
-reserved concurrency throttles.
+at once. When all of a function's environments are busy, the next call waits for one: a limit of
+this machine, not a throttle (a function's reserved concurrency is kept, and its throttles
+counted, by the runtime before a call gets here: `lambdas.py`).
 
 The stack and a worker hold the two ends of a `multiprocessing.Pipe` and exchange the objects of
 `protocol.py`, pickled by the library; the worker's stdout and stderr stay free for what the
@@ -345,7 +346,7 @@ class EnvironmentPool:
 
     def _acquire(self, spec: FunctionSpec) -> ExecutionEnvironment:
         """A free environment of `spec`'s function: an idle one (warm), a new one (cold) while
-        there are fewer than `size`, or the first to come free (the throttle)."""
+        there are fewer than `size`, or the first to come free."""
         with self._changed:
             while True:
                 if self._closed:

@@ -8,10 +8,14 @@ the job's own lock: the API handlers read a job while its supervising thread mov
 from __future__ import annotations
 
 import copy
+import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 # TrainingJobStatus values a job never leaves.
 TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
@@ -103,7 +107,10 @@ class Transition:
 
 
 class JobState:
-    """A training job as DescribeTrainingJob shows it, moved along by its supervisor."""
+    """A training job as DescribeTrainingJob shows it, moved along by its supervisor.
+
+    `on_change` is called with the job after each TrainingJobStatus change (Stopping, and the end),
+    and by `announce()` (its creation, InProgress): one at a time, in the order of the changes."""
 
     def __init__(
         self,
@@ -112,13 +119,17 @@ class JobState:
         arn: str,
         model_artifacts: str,
         rules: RuleStatuses | None = None,
+        on_change: Callable[[JobState], object] | None = None,
     ) -> None:
         self.request = copy.deepcopy(request)
         self.name: str = request["TrainingJobName"]
         self.arn = arn
         self.model_artifacts = model_artifacts
         self.rules = rules
+        self.on_change = on_change
         self.lock = threading.Lock()
+        # Held from a status change until it is announced, so announcements keep the changes' order.
+        self._announcing = threading.Lock()
         # Set by StopTrainingJob and by the runtime limit; the supervisor acts on it.
         self.stop_requested = threading.Event()
         self.stop_cause: str | None = None
@@ -189,7 +200,28 @@ class JobState:
             response["ProfilerRuleEvaluationStatuses"] = self.rules.statuses(at=now(), job_status=status, ended=ended)
         return response
 
+    def state_change_detail(self) -> dict[str, Any]:
+        """The detail of the "SageMaker Training Job State Change" event: DescribeTrainingJob's
+        answer with its times in epoch milliseconds, and the job's tags as a map."""
+        detail = _epoch_millis(self.describe())
+        detail["Tags"] = {tag["Key"]: tag["Value"] for tag in self.request.get("Tags", [])}
+        assert isinstance(detail, dict)
+        return detail
+
     # ------------------------------------------------------------ moving --
+    def announce(self) -> None:
+        """Tell `on_change` the job's status now (the emulator does once the job exists)."""
+        with self._announcing:
+            self._announce()
+
+    def _announce(self) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change(self)
+        except Exception:  # whoever listens, the job goes on
+            log.exception("training job %s: announcing its status failed", self.name)
+
     def advance(self, status: str, message: str | None = None) -> bool:
         """Enter SecondaryStatus `status`; False (and nothing changes) once a stop was asked."""
         with self.lock:
@@ -209,35 +241,41 @@ class JobState:
     def request_stop(self, cause: str) -> bool:
         """StopTrainingJob (`cause` "Stopped") or the runtime limit ("MaxRuntimeExceeded"): the
         job goes Stopping. False when it has already ended; True when already stopping."""
-        with self.lock:
-            if self.status in TERMINAL_STATUSES:
-                return False
-            if self.stop_cause is None:
-                self.stop_cause = cause
-                self.status = "Stopping"
-                message = MESSAGES["Stopping"]
-                if cause == "MaxRuntimeExceeded":
-                    limit = self.request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
-                    message = f"{message}: it ran past MaxRuntimeInSeconds ({limit} s)"
-                self._transition("Stopping", message)
-            self.stop_requested.set()
+        with self._announcing:
+            with self.lock:
+                if self.status in TERMINAL_STATUSES:
+                    return False
+                changed = self.stop_cause is None
+                if changed:
+                    self.stop_cause = cause
+                    self.status = "Stopping"
+                    message = MESSAGES["Stopping"]
+                    if cause == "MaxRuntimeExceeded":
+                        limit = self.request.get("StoppingCondition", {}).get("MaxRuntimeInSeconds")
+                        message = f"{message}: it ran past MaxRuntimeInSeconds ({limit} s)"
+                    self._transition("Stopping", message)
+                self.stop_requested.set()
+            if changed:
+                self._announce()
             return True
 
     def finish(self, status: str, *, failure_reason: str | None = None) -> None:
         """The end: Completed, Failed or Stopped (the cause picks Stopped's SecondaryStatus)."""
-        with self.lock:
-            if self.status in TERMINAL_STATUSES:
-                return
-            # A stop ends in Stopped or MaxRuntimeExceeded, whichever caused it.
-            secondary = (self.stop_cause or "Stopped") if status == "Stopped" else status
-            self._transition(secondary, MESSAGES[secondary])
-            self.transitions[-1].end = self.transitions[-1].start
-            self.status = status
-            if failure_reason is not None:
-                self.failure_reason = clip(failure_reason)
-            self.training_end = self.transitions[-1].start
-            if self.training_start is None:
-                self.training_start = self.training_end
+        with self._announcing:
+            with self.lock:
+                if self.status in TERMINAL_STATUSES:
+                    return
+                # A stop ends in Stopped or MaxRuntimeExceeded, whichever caused it.
+                secondary = (self.stop_cause or "Stopped") if status == "Stopped" else status
+                self._transition(secondary, MESSAGES[secondary])
+                self.transitions[-1].end = self.transitions[-1].start
+                self.status = status
+                if failure_reason is not None:
+                    self.failure_reason = clip(failure_reason)
+                self.training_end = self.transitions[-1].start
+                if self.training_start is None:
+                    self.training_start = self.training_end
+            self._announce()
 
     def _transition(self, status: str, message: str | None) -> None:
         moment = now()
@@ -248,6 +286,18 @@ class JobState:
             current.end = moment
             self.transitions.append(Transition(status, moment, message or MESSAGES[status]))
         self.last_modified = moment
+
+
+def _epoch_millis(value: Any) -> Any:
+    """`value` with every datetime in it as milliseconds since the epoch, as SageMaker's events
+    carry times."""
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    if isinstance(value, dict):
+        return {key: _epoch_millis(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_epoch_millis(item) for item in value]
+    return value
 
 
 def _echo(request: dict[str, Any]) -> dict[str, Any]:

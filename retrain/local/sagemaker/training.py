@@ -9,7 +9,7 @@ in a thread of its own that plays what SageMaker does, in its order and with its
 - `processes.py`: the hosts' processes and this machine's cores;
 - `runner.py`: one job's life, Starting to Completed (or Failed, Stopped);
 - `debugger.py`: Debugger's system monitor and profiler rules, when asked for;
-- `state.py`: the job as DescribeTrainingJob shows it.
+- `state.py`: the job as DescribeTrainingJob shows it, and as its state-change events tell it.
 
 Deviations from AWS that cannot be helped here: the TrainingImage is not run (the trainer runs on
 this machine's Python, `python`), instance types only decide how many processes a host runs (one
@@ -48,7 +48,13 @@ OPERATIONS = ("CreateTrainingJob", "DescribeTrainingJob", "StopTrainingJob")
 NOT_FOUND = "Requested resource not found."
 WAIT_POLL_SECONDS = 0.1
 
+# EventBridge's "SageMaker Training Job State Change", on every TrainingJobStatus change.
+EVENT_SOURCE = "aws.sagemaker"
+STATE_CHANGE = "SageMaker Training Job State Change"
+
 FileSystemResolver = Callable[[str, str], Path]
+# Where the jobs' events go: (source, detail-type, detail, resources), as a service puts them.
+EventSink = Callable[[str, str, dict[str, Any], list[str]], object]
 
 
 class TrainingEmulator:
@@ -67,12 +73,15 @@ class TrainingEmulator:
         rule_delay_seconds: float = 0.0,
         python: str = sys.executable,
         stop_grace_seconds: float = 120.0,
+        on_event: EventSink | None = None,
     ) -> None:
         """`max_processes` plays this machine's cores (default `os.cpu_count()`): no more trainer
         processes than that run at once, over all jobs. `rule_delay_seconds`: how long Debugger's
         rule jobs outlive their training job. `stop_grace_seconds`: SIGTERM to SIGKILL (120 s
-        on SageMaker)."""
+        on SageMaker). `on_event`: EventBridge's default bus, which gets a state-change event
+        for every status of every job (InProgress, Stopping, Completed, Failed, Stopped)."""
         self.region = region
+        self._on_event = on_event
         self.account_id = account_id
         self.rule_delay_seconds = rule_delay_seconds
         self._resolve_file_system = resolve_file_system
@@ -147,7 +156,12 @@ class TrainingEmulator:
         }
         output = params["OutputDataConfig"]["S3OutputPath"]
         evaluations: RuleEvaluations | None = None
-        job = JobState(params, arn=arn, model_artifacts=join_uri(output, name, "output", "model.tar.gz"))
+        job = JobState(
+            params,
+            arn=arn,
+            model_artifacts=join_uri(output, name, "output", "model.tar.gz"),
+            on_change=self._announce if self._on_event is not None else None,
+        )
         if params.get("ProfilerRuleConfigurations"):
             evaluations = RuleEvaluations(
                 params["ProfilerRuleConfigurations"],
@@ -173,6 +187,7 @@ class TrainingEmulator:
             if name.lower() in self._jobs:
                 raise _name_in_use(arn)
             self._jobs[name.lower()] = runner
+        job.announce()  # InProgress, before the job can move on
         runner.start()
         log.info("training job %s created (%s)", name, plan)
         return {"TrainingJobArn": arn}
@@ -267,6 +282,10 @@ class TrainingEmulator:
             for host in list(runner.hosts):
                 if host.alive():
                     host.kill()
+
+    def _announce(self, job: JobState) -> None:
+        assert self._on_event is not None
+        self._on_event(EVENT_SOURCE, STATE_CHANGE, job.state_change_detail(), [job.arn])
 
     def _find(self, name: str) -> JobRunner | None:
         with self._lock:

@@ -1,0 +1,164 @@
+"""Every way a run ends, on the offline stack (issue 27): the wait for the training job is answered
+by the job's event, or by the safety poll when the event is lost; a run stopped from the console
+has its job stopped, its team told and its lock freed; a message that cannot be sent does not
+undo an accepted run.
+
+The real state machine on moto's engine, the real functions, the SageMaker emulator running the
+real trainer, and EventBridge's delivery played by the offline stack (`stack.eventbridge`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from retrain.local.notifications import Misbehaviour
+from tests.integration.conftest import DATA, TRAINING
+from tests.integration.data_drops import drain, executions, wait_until
+from tests.integration.runs import drop_with_validation, history_states, job_names, read_json, run_to_end
+
+pytestmark = pytest.mark.slow(seconds=40)  # the longest test here, on 2 cores
+
+SAFETY_POLL = {"action": "sweep"}
+TRAINING_JOBS = "retrain-local-TrainingJobFunction"
+NOTIFY = "retrain-local-NotifyFunction"
+
+
+@pytest.fixture
+def stack() -> Iterator[OfflineStack]:
+    options = StackOptions(parameters={**DATA, **TRAINING}, poll=False, tick=False, batching_window_seconds=0)
+    with OfflineStack(options) as offline:
+        yield offline
+
+
+def running_run(stack: OfflineStack) -> dict[str, Any]:
+    drain(stack)
+    wait_until(lambda: len(executions(stack)) == 1, timeout=60, message="a run to start")
+    (run,) = executions(stack)
+    return run
+
+
+def job_status(stack: OfflineStack, name: str) -> str:
+    return str(stack.aws.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"])
+
+
+def test_the_run_waits_for_its_job_by_the_jobs_event_and_never_polls_it(stack: OfflineStack) -> None:
+    drop_with_validation(stack, "munich-40", train=4, val=1)
+
+    run = run_to_end(stack)
+
+    assert run["status"] == "SUCCEEDED", run
+    states = history_states(stack, run["executionArn"])
+    assert states.count("Wait for the training job to end") == 1, "one wait, answered once"
+    assert "Check the training job" not in states
+    (job,) = job_names(stack)
+    delivered = [d for d in stack.eventbridge.deliveries if d.event["source"] == "aws.sagemaker" and d.accepted]
+    assert any(e.event["detail"]["TrainingJobName"] == job for e in delivered)
+
+
+def test_a_lost_job_event_costs_one_safety_poll_not_the_run(stack: OfflineStack) -> None:
+    stack.eventbridge.lose(lambda event: event["source"] == "aws.sagemaker")
+    drop_with_validation(stack, "munich-41", train=4, val=1)
+    run = running_run(stack)
+    wait_until(lambda: job_names(stack) and job_status(stack, job_names(stack)[0]) == "Completed", timeout=120)
+
+    assert stack.aws.stepfunctions.describe_execution(executionArn=run["executionArn"])["status"] == "RUNNING"
+    swept = stack.runtime.invoke(TRAINING_JOBS, SAFETY_POLL)
+    assert not swept.failed, swept.payload
+
+    ended = stack.wait_for_execution(run["executionArn"], timeout=120)
+    assert ended["status"] == "SUCCEEDED", ended
+    assert [s["outcome"] for s in swept.payload["settled"]] == ["succeeded"]
+
+
+def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_the_lock(
+    stack: OfflineStack,
+) -> None:
+    inbox = stack.topic_inbox()
+    # Long enough to be stopped in the middle.
+    stack.update_function_environment(
+        "TrainingJobFunction", TRAINING_EXTRA_HYPERPARAMETERS='{"workers": 0, "epochs": 200}'
+    )
+    drop_with_validation(stack, "munich-42", train=4, val=1)
+    run = running_run(stack)
+    wait_until(lambda: job_names(stack) and job_status(stack, job_names(stack)[0]) == "InProgress", timeout=120)
+    (job,) = job_names(stack)
+
+    stack.aws.stepfunctions.stop_execution(executionArn=run["executionArn"], cause="an operator stopped it")
+
+    wait_until(lambda: job_status(stack, job) in {"Stopping", "Stopped"}, timeout=120, message="the job to stop")
+    wait_until(
+        lambda: (
+            "Item"
+            not in stack.aws.dynamodb.get_item(
+                TableName=stack.ref("LedgerTable"), Key={"pk": {"S": "lock#retrain"}, "sk": {"S": "lock"}}
+            )
+        ),
+        timeout=120,
+        message="the lock to be free",
+    )
+    (email,) = inbox.receive(wait_seconds=5)
+    assert email["Subject"].startswith("Retraining failed"), email["Subject"]
+    assert "stopped" in email["Message"] and "Wait for the training job to end" in email["Message"], email["Message"]
+    summary = read_json(stack, f"reports/runs/{run['name']}/summary.json")
+    assert summary["outcome"] == "failed"
+
+
+def test_a_run_past_the_state_machines_timeout_stops_its_job_tells_the_team_and_frees_the_lock(
+    stack: OfflineStack,
+) -> None:
+    """The template's TimeoutSeconds is 30 days; the same definition with 8 seconds plays it."""
+    sfn = stack.aws.stepfunctions
+    (machine,) = [m for m in sfn.list_state_machines()["stateMachines"] if m["name"].endswith("-retrain")]
+    definition = json.loads(sfn.describe_state_machine(stateMachineArn=machine["stateMachineArn"])["definition"])
+    sfn.update_state_machine(
+        stateMachineArn=machine["stateMachineArn"], definition=json.dumps({**definition, "TimeoutSeconds": 8})
+    )
+    inbox = stack.topic_inbox()
+    stack.update_function_environment(
+        "TrainingJobFunction", TRAINING_EXTRA_HYPERPARAMETERS='{"workers": 0, "epochs": 200}'
+    )
+    drop_with_validation(stack, "munich-44", train=4, val=1)
+    run = running_run(stack)
+
+    ended = stack.wait_for_execution(run["executionArn"], timeout=120)
+
+    assert ended["status"] == "TIMED_OUT", ended
+    (job,) = job_names(stack)
+    wait_until(lambda: job_status(stack, job) in {"Stopping", "Stopped"}, timeout=120, message="the job to stop")
+    wait_until(
+        lambda: (
+            "Item"
+            not in stack.aws.dynamodb.get_item(
+                TableName=stack.ref("LedgerTable"), Key={"pk": {"S": "lock#retrain"}, "sk": {"S": "lock"}}
+            )
+        ),
+        timeout=120,
+        message="the lock to be free",
+    )
+    (email,) = inbox.receive(wait_seconds=5)
+    assert email["Subject"].startswith("Retraining failed"), email["Subject"]
+    assert "TimeoutSeconds" in email["Message"], email["Message"]
+
+
+def test_with_sns_and_slack_down_after_acceptance_the_run_succeeds_and_the_model_stays_accepted(
+    stack: OfflineStack,
+) -> None:
+    assert stack.slack is not None
+    stack.slack.misbehave(*[Misbehaviour(500, "internal_error")] * 10)
+    missing = stack.ref("NotificationTopic") + "-deleted"
+    stack.update_function_environment("NotifyFunction", NOTIFICATION_TOPIC_ARN=missing)
+    drop_with_validation(stack, "munich-43", train=4, val=1)
+
+    run = run_to_end(stack)
+
+    assert run["status"] == "SUCCEEDED", run
+    states = history_states(stack, run["executionArn"])
+    assert "The team could not be told" in states and "Tell the team the run failed" not in states
+    assert read_json(stack, "models/accepted.json")["run"] == run["name"], "the model stays accepted"
+    failed = [i for i in stack.runtime.invocations if i.function == NOTIFY and i.failed]
+    assert failed, "the failed message is counted (the function's Errors metric and FunctionErrorsAlarm)"
