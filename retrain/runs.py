@@ -4,22 +4,22 @@ A run is one execution of the retraining state machine; its name is the run's na
 `reports/runs/<run>/summary.json` says how it ended. The clients are injected, so the same logic
 works against a deployed stack and against the offline one.
 
-A cancel does what the run's failure branch would, because StopExecution ends an execution
-without running its Catch: it stops the execution first (so the run cannot go on to start a job
-or tell the team a second time), then the training job, then it releases the lock and tells the
-team the run was stopped, by whom, with a `summary.json` like every other run's.
+A cancel stops the execution (so the run cannot go on to start a job or tell the team a second
+time). StopExecution ends an execution without running its Catch, and RunEndedFunction, which
+hears every such end, stops the training job, tells the team the run was stopped and by whom
+(the stop's cause), and frees the lock: the cancel waits for that and says what it saw, and does
+it itself only if RunEndedFunction did not.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
@@ -30,7 +30,8 @@ from functions.common.models import RunContext, RunState
 from functions.common.requests import NotifyRequest
 from functions.common.summary import RunSummary
 from functions.data.ledger import Ledger
-from functions.notify.logic import Notified, Notifier
+from functions.notify.logic import Notifier
+from functions.notify.render import HEADLINES
 from functions.trigger.logic import Trigger, TriggerOutcome
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 CANCELLED = "RunCancelled"  # the error a cancelled run's execution and summary carry
 RERUN_SUFFIX = "-rerun-"
 MAX_EXECUTION_NAME = 80
-_NOT_IN_JOB_NAME = re.compile(r"[^A-Za-z0-9-]")
+ACTIVE_JOB = frozenset({"InProgress", "Stopping"})
 
 
 class RunNotFoundError(RetrainError):
@@ -80,12 +81,11 @@ class RunDetails(BaseModel):
 
 class CancelOutcome(BaseModel):
     run: str
-    stopped_execution: bool
+    cleaned_up_by: Literal["RunEndedFunction", "this command"]
     job_name: str | None
     job_status: str | None  # the job's status when the cancel ended
-    released_lock: bool
-    notified: Notified | None
-    summary_uri: str | None
+    told_team: bool = False
+    summary_uri: str | None = None
 
 
 @dataclass
@@ -224,6 +224,10 @@ class Runs:
         job_timeout: float = 120.0,
         progress: Callable[[str], None] = lambda _: None,
     ) -> CancelOutcome:
+        """Stop the execution; RunEndedFunction, which every end of a run reaches, then stops the
+        job, tells the team and frees the lock. This waits up to `job_timeout` for that and says
+        what happened; only if nothing did (the rule disabled, the function failing) does it do
+        the same itself, so a cancel never leaves a job training or a lock held."""
         arn = self.execution_arn(run)
         details = self.details(run)
         if details.status != "RUNNING":
@@ -232,12 +236,37 @@ class Runs:
         cause = f"cancelled by {who} with `retrain runs cancel`"
         _stop_execution(self.sfn, arn, cause)
         progress(f"stopped the execution (it was in {current!r})")
-        job_name = details.job_name or self._job_started_by(details, sagemaker)
-        job_status = None
+        job_name = details.job_name or ledger.run_job(run)
+        progress("waiting for RunEndedFunction to stop the job, tell the team and release the lock")
+        deadline = time.monotonic() + job_timeout
+        job_status = _job_status(sagemaker, job_name)
+        while time.monotonic() < deadline and (_holds(ledger, run) or job_status in ACTIVE_JOB):
+            time.sleep(1)
+            job_status = _job_status(sagemaker, job_name)
+        if not _holds(ledger, run):
+            if job_name is not None:
+                progress(f"training job {job_name}: {job_status}")
+            progress("released the lock")
+            summary = self.summary(run)
+            if summary is not None and summary.outcome == "stopped":
+                progress(f"told the team: {HEADLINES[summary.outcome]} (RunEndedFunction)")
+            return CancelOutcome(
+                run=run,
+                cleaned_up_by="RunEndedFunction",
+                job_name=job_name,
+                job_status=job_status,
+                told_team=summary is not None and summary.outcome == "stopped",
+                summary_uri=f"s3://{self.bucket}/{prefixes.run_report_key(run, 'summary.json')}" if summary else None,
+            )
+        progress(f"RunEndedFunction did not clean up within {job_timeout:.0f} s: doing it here")
         if job_name is not None:
             job_status = _stop_job(sagemaker, job_name, job_timeout, progress)
-        released = ledger.release_lock(run)
-        progress("released the lock" if released else "the lock was not this run's (already released)")
+        # The lock first: whoever releases it tells the team, so RunEndedFunction, if it is only
+        # late, finds the lock gone and sends nothing a second time.
+        if not ledger.release_lock(run):
+            progress("the lock was released meanwhile: RunEndedFunction has told the team")
+            return CancelOutcome(run=run, cleaned_up_by="RunEndedFunction", job_name=job_name, job_status=job_status)
+        progress("released the lock")
         notified = None
         if notifier is not None:
             failed = state.model_copy(
@@ -251,24 +280,12 @@ class Runs:
             progress(f"told the team: {notified.subject}")
         return CancelOutcome(
             run=run,
-            stopped_execution=True,
+            cleaned_up_by="this command",
             job_name=job_name,
             job_status=job_status,
-            released_lock=released,
-            notified=notified,
+            told_team=notified is not None,
             summary_uri=notified.summary_uri if notified else None,
         )
-
-    def _job_started_by(self, details: RunDetails, sagemaker: SageMakerClient) -> str | None:
-        """The run's job when the history does not name it yet (StartTraining was in flight):
-        its name starts with the dataset version's, and it was created after the run started."""
-        if details.dataset_version is None:
-            return None
-        stem = _NOT_IN_JOB_NAME.sub("-", details.dataset_version)[:40].strip("-")
-        found = sagemaker.list_training_jobs(
-            NameContains=stem, CreationTimeAfter=details.started_at, SortBy="CreationTime", SortOrder="Descending"
-        )["TrainingJobSummaries"]
-        return found[0]["TrainingJobName"] if found else None
 
 
 def rerun_name(version: str, now: datetime) -> str:
@@ -306,6 +323,22 @@ def _stop_execution(sfn: SFNClient, arn: str, cause: str) -> None:
         # It ended between our look and the stop: what it left is handled like any end.
         if error.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
             raise
+
+
+def _holds(ledger: Ledger, run: str) -> bool:
+    lock = ledger.lock()
+    return lock is not None and lock.holder == run
+
+
+def _job_status(sagemaker: SageMakerClient, name: str | None) -> str | None:
+    if name is None:
+        return None
+    try:
+        return sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "ValidationException":
+            return None  # recorded, never created
+        raise
 
 
 def _stop_job(sagemaker: SageMakerClient, name: str, timeout: float, progress: Callable[[str], None]) -> str:

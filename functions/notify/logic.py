@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
     from mypy_boto3_sts import STSClient
 
-STOPPED_ERRORS = frozenset({"TrainingJobStoppedError", "RunCancelled"})  # RunCancelled: `retrain runs cancel`
+# Stopped on purpose, not failed: the job stopped, `retrain runs cancel` (RunCancelled), or a
+# StopExecution with no error of its own (RunEndedFunction calls that States.Aborted).
+STOPPED_ERRORS = frozenset({"TrainingJobStoppedError", "RunCancelled", "States.Aborted"})
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 

@@ -183,10 +183,14 @@ def cancel(
     run: RunArgument,
     stack: StackOption = None,
     region: RegionOption = None,
-    notify: Annotated[bool, typer.Option(help="Tell the team the run was stopped (SNS and Slack).")] = True,
-    job_timeout: Annotated[float, typer.Option(min=0, help="Seconds to wait for the job to stop.")] = 120.0,
+    notify: Annotated[
+        bool, typer.Option(help="If RunEndedFunction does not clean up, tell the team from here (SNS and Slack).")
+    ] = True,
+    job_timeout: Annotated[
+        float, typer.Option(min=0, help="Seconds to wait for RunEndedFunction to stop the job and free the lock.")
+    ] = 120.0,
 ) -> None:
-    """Stop RUN: its execution, its training job; release the lock and tell the team."""
+    """Stop RUN's execution; its job is stopped, the team told and the lock freed as for any end."""
     target = targets.connect(stack, region, errors)
     with _talking_to(target):
         runs = _runs(target)
@@ -200,7 +204,7 @@ def cancel(
             job_timeout=job_timeout,
             progress=lambda line: console.print(f"  {line}", soft_wrap=True),
         )
-    console.print(f"Run [bold]{run}[/bold] cancelled.", soft_wrap=True)
+    console.print(f"Run [bold]{run}[/bold] cancelled (cleaned up by {outcome.cleaned_up_by}).", soft_wrap=True)
     if outcome.job_status in {"InProgress", "Stopping"}:
         _fail(f"training job {outcome.job_name} is still {outcome.job_status} after {job_timeout:.0f} s", 1)
 

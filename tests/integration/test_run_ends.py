@@ -13,10 +13,14 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 
+from functions.data.ledger import Ledger
+from functions.notify.logic import Notifier
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from retrain.local.notifications import Misbehaviour
+from retrain.runs import CancelOutcome, Runs
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import drain, executions, wait_until
 from tests.integration.runs import drop_with_validation, history_states, job_names, read_json, run_to_end
@@ -102,10 +106,70 @@ def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_t
         message="the lock to be free",
     )
     (email,) = inbox.receive(wait_seconds=5)
-    assert email["Subject"].startswith("Retraining failed"), email["Subject"]
-    assert "stopped" in email["Message"] and "Wait for the training job to end" in email["Message"], email["Message"]
+    assert email["Subject"].startswith("Retraining stopped"), email["Subject"]
+    assert "an operator stopped it" in email["Message"], email["Message"]
+    assert "Wait for the training job to end" in email["Message"], email["Message"]
     summary = read_json(stack, f"reports/runs/{run['name']}/summary.json")
-    assert summary["outcome"] == "failed"
+    assert summary["outcome"] == "stopped"
+
+
+def cancel(stack: OfflineStack, run: str, job_timeout: float) -> CancelOutcome:
+    """`retrain runs cancel RUN`, its logic on this stack's clients."""
+    aws = stack.aws
+    runs = Runs(
+        sfn=aws.stepfunctions,
+        s3=aws.s3,
+        bucket=stack.ref("DataBucket"),
+        state_machine_arn=stack.ref("RetrainStateMachine"),
+    )
+    notifier = Notifier(
+        s3=aws.s3,
+        sns=aws.sns,
+        sts=boto3.client("sts", region_name="us-east-1"),
+        bucket=stack.ref("DataBucket"),
+        topic_arn=stack.ref("NotificationTopic"),
+        region="us-east-1",
+        report_reader_role_arn="",
+        webhook=lambda: None,
+    )
+    ledger = Ledger(aws.dynamodb, stack.ref("LedgerTable"))
+    return runs.cancel(
+        run, sagemaker=aws.sagemaker, ledger=ledger, notifier=notifier, who="ops", job_timeout=job_timeout
+    )
+
+
+def lock_is_free(stack: OfflineStack) -> bool:
+    key = {"pk": {"S": "lock#retrain"}, "sk": {"S": "lock"}}
+    return "Item" not in stack.aws.dynamodb.get_item(TableName=stack.ref("LedgerTable"), Key=key)
+
+
+@pytest.mark.parametrize("run_ended_hears", [True, False], ids=["by RunEndedFunction", "without its event"])
+def test_a_cancel_is_cleaned_up_once_with_or_without_run_ended(stack: OfflineStack, run_ended_hears: bool) -> None:
+    """`retrain runs cancel` stops the execution and leaves the rest to RunEndedFunction; if its
+    event never comes, the cancel does the same itself. Either way: one message, job stopped, lock free."""
+    if not run_ended_hears:
+        stack.eventbridge.lose(lambda event: event["source"] == "aws.states")
+    inbox = stack.topic_inbox()
+    stack.update_function_environment(
+        "TrainingJobFunction", TRAINING_EXTRA_HYPERPARAMETERS='{"workers": 0, "epochs": 200}'
+    )
+    drop_with_validation(stack, "munich-45", train=4, val=1)
+    run = running_run(stack)
+    wait_until(lambda: job_names(stack) and job_status(stack, job_names(stack)[0]) == "InProgress", timeout=120)
+    (job,) = job_names(stack)
+
+    outcome = cancel(stack, run["name"], job_timeout=20 if run_ended_hears else 3)
+
+    assert outcome.cleaned_up_by == ("RunEndedFunction" if run_ended_hears else "this command"), outcome
+    assert outcome.job_name == job and outcome.told_team, outcome
+    wait_until(lambda: job_status(stack, job) == "Stopped", timeout=60, message="the job to stop")
+    assert lock_is_free(stack)
+    emails = inbox.receive(wait_seconds=5)
+    emails += inbox.receive(wait_seconds=3)  # a second message would be here by now
+    assert len(emails) == 1 and emails[0]["Subject"].startswith("Retraining stopped"), "told once"
+    assert "cancelled by ops" in emails[0]["Message"], emails[0]["Message"]
+    summary = read_json(stack, f"reports/runs/{run['name']}/summary.json")
+    assert summary["outcome"] == "stopped" and "cancelled by ops" in summary["cause"]
 
 
 def test_a_run_past_the_state_machines_timeout_stops_its_job_tells_the_team_and_frees_the_lock(

@@ -79,7 +79,19 @@ def test_an_asynchronous_invoke_that_finds_the_function_busy_is_throttled_and_re
     assert stack.runtime.throttles[name] >= 2, "the two that found the first running were throttled, and counted"
 
 
-def test_a_synchronous_invoke_that_finds_the_function_busy_is_refused_with_429(stack: OfflineStack) -> None:
+@pytest.fixture
+def two_wide() -> Iterator[OfflineStack]:
+    """Handlers in worker processes, two at a time: truly concurrent, as Lambda runs them. (In one
+    process an admitted invocation may only be waiting for its turn, so it is not refused there.)"""
+    options = StackOptions(
+        mode="server", parameters=DATA, lambda_concurrency=2, poll=False, tick=False, upload_trainer=False, slack=False
+    )
+    with OfflineStack(options) as stack:
+        yield stack
+
+
+def test_a_synchronous_invoke_that_finds_the_function_busy_is_refused_with_429(two_wide: OfflineStack) -> None:
+    stack = two_wide
     name = one_at_a_time(stack, "serial")
     # No retries: the refusal itself, as Lambda sends it (botocore retries it by default).
     lambda_client = boto3.client("lambda", region_name="us-east-1", config=Config(retries={"total_max_attempts": 1}))
