@@ -133,6 +133,10 @@ class JobState(BaseModel):
     created_at: datetime | None = None
     # When to give up waiting: MaxRuntime (+ MaxWait for spot) + a grace period after creation.
     deadline: datetime | None = None
+    # The wait state's TimeoutSecondsPath: the job's limit, the safety poll's grace and an hour
+    # more, so the poll's TrainingJobOverdueError (which names the job) normally comes first. A
+    # Task with no timeout waits forever on AWS, and 60 s in moto's engine: set it always.
+    wait_timeout_seconds: int = Field(default=30 * 86400, ge=1)
     already_existed: bool = False
 
 

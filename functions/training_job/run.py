@@ -52,6 +52,16 @@ class StopOutcome(BaseModel):
     stopped: bool = False
 
 
+def job_limit_seconds(stopping: Any) -> int:
+    """How long SageMaker lets the job run: MaxRuntime, or a spot job's MaxWait (which includes it)."""
+    return int(max(stopping.get("MaxRuntimeInSeconds", 86400), stopping.get("MaxWaitTimeInSeconds", 0)))
+
+
+def wait_timeout_seconds(stopping: Any) -> int:
+    """The wait state's timeout: the job's limit, the overdue check's grace, and an hour more."""
+    return job_limit_seconds(stopping) + int(GRACE.total_seconds()) + 3600
+
+
 def job_config(settings: TrainingJobSettings) -> JobConfig:
     """The stack's job configuration (`TRAINING_JOB_*`), with the template's extra flags merged."""
     config = load_job_config()
@@ -100,6 +110,7 @@ class TrainingJobs:
             wait_seconds=run.poll_seconds,
             created_at=datetime.now(UTC),
             already_existed=started.already_existed,
+            wait_timeout_seconds=wait_timeout_seconds(request.get("StoppingCondition", {})),
         )
 
     def check(self, job: JobState, *, run: RunContext, now: datetime | None = None) -> JobState:
@@ -114,7 +125,7 @@ class TrainingJobs:
         if status == "Stopped":
             raise TrainingJobStoppedError(f"training job {job.job_name} was stopped ({secondary}) before it completed")
         stopping = described.get("StoppingCondition", {})
-        limit = max(stopping.get("MaxRuntimeInSeconds", 86400), stopping.get("MaxWaitTimeInSeconds", 0))
+        limit = job_limit_seconds(stopping)
         created = described.get("CreationTime") or job.created_at or datetime.now(UTC)
         deadline = created + timedelta(seconds=limit) + GRACE
         moment = now or datetime.now(UTC)
@@ -144,6 +155,7 @@ class TrainingJobs:
                 "wait_seconds": next_wait(run.poll_seconds, looked, cap_for(limit, floor=run.poll_max_seconds)),
                 "created_at": created,
                 "deadline": deadline,
+                "wait_timeout_seconds": wait_timeout_seconds(stopping),
             }
         )
 
@@ -167,6 +179,7 @@ class TrainingJobs:
             wait_seconds=run.poll_seconds,
             created_at=described.get("CreationTime"),
             already_existed=True,
+            wait_timeout_seconds=wait_timeout_seconds(described.get("StoppingCondition", {})),
         )
 
     def stop_if_started(self, state: RunState) -> StopOutcome:

@@ -69,6 +69,8 @@ def test_a_start_creates_the_runs_job_from_the_stacks_configuration() -> None:
     assert isinstance(job, JobState)
     assert job.job_name.startswith(f"retrain-{RUN.dataset_version}-")
     assert (job.status, job.already_existed) == ("InProgress", False)
+    # The wait state's TimeoutSecondsPath: past the safety poll's overdue check (limit + 1 h).
+    assert job.wait_timeout_seconds == jobs.config.max_runtime_seconds + 2 * 3600
 
 
 def test_a_look_at_a_job_that_completed_says_it_is_done() -> None:
