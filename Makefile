@@ -107,7 +107,7 @@ validate-template: $(STAMP) $(ASL_VALIDATOR_STAMP) $(SAM_STAMP) $(CHECKOV_STAMP)
 package-trainer: $(STAMP) ## Build build/trainer/sourcedir.tar.gz (reproducible; its sha256 beside it)
 	$(BIN)/retrain package-trainer build/trainer
 
-upload-trainer: package-trainer ## Upload the trainer to a deployed stack: make upload-trainer STACK=name
+upload-trainer: package-trainer ## Release the trainer to a deployed stack (as its TrainerReleaseRole): make upload-trainer STACK=name
 	@test -n "$(STACK)" || { echo "usage: make upload-trainer STACK=<stack name>"; exit 2; }
 	$(BIN)/retrain package-trainer build/trainer --stack "$(STACK)"
 

@@ -1,9 +1,10 @@
 """A small IAM model for the least-privilege tests: the template's statements per principal,
 what retrain/ops/permissions.py declares, what an AWS call needs, and whether a statement allows it.
 
-Only what this stack's policies use is modelled: Allow statements, `*` and `?` wildcards in
-actions and resources, and the condition operators StringEquals / StringLike / ArnLike / Bool /
-Null and their ForAllValues / ForAnyValue forms.
+Only what this stack's policies use is modelled: Allow statements (and the bucket policy's Deny
+statements to every principal), `*` and `?` wildcards in actions and resources, and the condition
+operators StringEquals / StringLike / ArnEquals / ArnLike / Bool / Null, their negations
+(StringNotEquals, ArnNotLike, ...) and their ForAllValues / ForAnyValue forms.
 """
 
 from __future__ import annotations
@@ -105,6 +106,25 @@ def statements_of(body: Mapping[str, Any], logical_id: str, resolver: Resolver) 
     # Resolved as one list: a statement under `Fn::If` that resolves to AWS::NoValue is dropped.
     for resolved in resolver.resolve(copy.deepcopy(raw)):
         assert resolved.get("Effect") == "Allow", f"{logical_id}: only Allow statements are modelled: {resolved}"
+        assert "NotAction" not in resolved and "NotResource" not in resolved, f"{logical_id}: {resolved}"
+        found.append(
+            Statement(
+                actions=tuple(_values(resolved["Action"])),
+                resources=tuple(_values(resolved["Resource"])),
+                conditions=resolved.get("Condition", {}),
+            )
+        )
+    return found
+
+
+def bucket_denials(body: Mapping[str, Any], logical_id: str, resolver: Resolver) -> list[Statement]:
+    """The Deny statements a bucket policy applies to every principal (its only kind of Deny)."""
+    document = body["Resources"][logical_id]["Properties"]["PolicyDocument"]
+    found = []
+    for resolved in resolver.resolve(copy.deepcopy(document["Statement"])):
+        if resolved["Effect"] != "Deny":
+            continue
+        assert resolved.get("Principal") == "*", f"{logical_id}: only Deny to every principal is modelled: {resolved}"
         assert "NotAction" not in resolved and "NotResource" not in resolved, f"{logical_id}: {resolved}"
         found.append(
             Statement(
@@ -324,6 +344,14 @@ def matches(pattern: str, value: str, *, case: bool = True) -> bool:
     return re.fullmatch(regex, value, 0 if case else re.IGNORECASE) is not None
 
 
+NEGATED = {
+    "StringNotEquals": "StringEquals",
+    "StringNotLike": "StringLike",
+    "ArnNotEquals": "ArnEquals",
+    "ArnNotLike": "ArnLike",
+}
+
+
 def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[str, Any]) -> bool:
     quantifier, _, base = operator.rpartition(":")
     if_exists = base.endswith("IfExists")
@@ -331,6 +359,10 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
     wanted = _values(expected)
     if base == "Null":
         return (key not in context) == (wanted[0].lower() == "true")
+    if base in NEGATED and not quantifier:
+        # Holds when the key is absent (an anonymous caller has no aws:PrincipalArn), and
+        # otherwise when its positive form fails.
+        return key not in context or not _condition_holds(NEGATED[base], key, expected, context)
     if key not in context:
         return quantifier == "ForAllValues" or if_exists
     present = context[key]

@@ -55,7 +55,12 @@ class FsxImportFailedError(RetrainError):
 
 
 class TrainerCodeMissingError(RetrainError):
-    """The trainer's sourcedir.tar.gz is not where the stack says it is (not uploaded yet?)."""
+    """No trainer was released (`code/current.json`), or the archive a run was started with is gone."""
+
+
+class TrainerCodeMismatchError(RetrainError):
+    """The trainer's archive no longer has the sha256 the run was started with: someone replaced the
+    released code. Refused before the training job is created; not retried."""
 
 
 class TrainingJobFailedError(RetrainError):

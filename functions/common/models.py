@@ -24,6 +24,7 @@ from functions.common import prefixes
 # dataset version is the execution name, so it must be a valid one).
 _EXECUTION_NAME = r"^[^\s<>{}\[\]?*\"#%\\^|~`$&,;:/]{1,80}$"
 DatasetVersion = Annotated[str, StringConstraints(pattern=_EXECUTION_NAME)]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class S3ObjectEvent(BaseModel):
@@ -82,6 +83,26 @@ class AcceptedModel(BaseModel):
     model_package_arn: str | None = None
 
 
+class TrainerRelease(BaseModel):
+    """`code/current.json`, written by the release path only (`retrain package-trainer --stack`):
+    the trainer that runs starting from now train with."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    sha256: Sha256  # of sourcedir.tar.gz, which is at code/<sha256>/sourcedir.tar.gz
+    released_at: datetime
+
+
+class TrainerCode(BaseModel):
+    """The trainer a run was started with: PrepareRun reads it from the release, and the training
+    job is created only if the archive at `uri` still has this sha256."""
+
+    model_config = ConfigDict(frozen=True)
+
+    uri: str = Field(pattern=r"^s3://[^/]+/.+$")
+    sha256: Sha256
+
+
 class RunContext(BaseModel):
     """What every later state knows about the run."""
 
@@ -103,6 +124,9 @@ class RunContext(BaseModel):
     poll_max_seconds: int = Field(default=300, ge=1)
     # The model this run starts from and is compared with (None: the first run).
     accepted: AcceptedModel | None = None
+    # The released trainer, fixed when the run starts (None: a run started before releases were
+    # checked; it is refused at "Start training").
+    code: TrainerCode | None = None
 
 
 class SyncState(BaseModel):

@@ -11,10 +11,12 @@ reports/<batch>/report.json|md               batch reports
 reports/runs/<run>/                          a run's summary.json, metrics.json, rules.json, report.html
 models/accepted.json                         the accepted model (what the next run starts from)
 models/runs/<run>/model.pt                   each evaluated run's weights (a training job's model channel)
-code/sourcedir.tar.gz                        the trainer as SageMaker receives it
+code/<sha256>/sourcedir.tar.gz               each released trainer, under its archive's sha256
+code/current.json                            the release new runs train with (its sha256)
 training/<job>/...                           SageMaker's output: model.tar.gz, output.tar.gz, rule-output/
 ```
 Nothing outside `incoming/` triggers the intake (the bucket notifies on that prefix only).
+Only the release path writes under `code/` (the bucket policy denies everyone else).
 Files uploaded straight under `incoming/` (no batch folder) belong to the batch `_unbatched`;
 files whose batch folder is unsafe (`..`, a control character, ...) to the batch `_unsafe`.
 """
@@ -31,7 +33,9 @@ REPORTS = "reports/"
 RUN_REPORTS = "reports/runs/"
 MODELS = "models/"
 ACCEPTED_MODEL = "models/accepted.json"
-TRAINER_CODE = "code/sourcedir.tar.gz"
+CODE = "code/"
+TRAINER_RELEASE = "code/current.json"
+TRAINER_ARCHIVE = "sourcedir.tar.gz"
 TRAINING_OUTPUT = "training/"
 
 IMAGES_DIR = "images"
@@ -124,6 +128,12 @@ def report_key(batch: str, name: str) -> str:
 
 def run_report_key(run: str, name: str) -> str:
     return f"{RUN_REPORTS}{run}/{name}"
+
+
+def trainer_code_key(sha256: str) -> str:
+    """Where the trainer whose archive has this sha256 lives: never overwritten, so a run that
+    starts with a digest finds those bytes, or other bytes that the run then refuses."""
+    return f"{CODE}{sha256}/{TRAINER_ARCHIVE}"
 
 
 def run_weights_prefix(run: str) -> str:

@@ -98,6 +98,10 @@ class RunSummary(BaseModel):
     epochs: int | None = None
     # The accepted model this run was compared with (None: the first run).
     baseline_run: str | None = None
+    # sha256 of the released sourcedir.tar.gz the run started with, checked before its job was
+    # created (code/<sha256>/sourcedir.tar.gz; None for runs before releases were checked). Not
+    # metrics.json's code_sha256: that is the trainer's own digest of its sources, as it reports it.
+    code_archive_sha256: str | None = None
     gate: GateVerdict | None = None
     rules_backend: Literal["builtin", "debugger"] | None = None
     rules: list[RuleVerdict] = Field(default_factory=list)

@@ -168,6 +168,7 @@ class Evaluator:
             val_images=metrics.val_images,
             epochs=len(metrics.epochs),
             baseline_run=run.accepted.run if run.accepted else None,
+            code_archive_sha256=run.code.sha256 if run.code else None,
             gate=verdict,
             rules_backend=rules.backend if rules else None,
             rules=[

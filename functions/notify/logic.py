@@ -162,6 +162,7 @@ class Notifier:
             started_at=run.started_at,
             finished_at=now,
             baseline_run=run.accepted.run if run.accepted else None,
+            code_archive_sha256=run.code.sha256 if run.code else None,
             artifacts=self._artifacts(run.run or request.execution),
         )
 
@@ -184,6 +185,7 @@ class Notifier:
             finished_at=now,
             duration_seconds=(now - run.started_at).total_seconds() if run and run.started_at else None,
             baseline_run=run.accepted.run if run and run.accepted else None,
+            code_archive_sha256=run.code.sha256 if run and run.code else None,
             artifacts=self._artifacts(name),
             failed_state=failure.state,
             error=failure.error,

@@ -1,5 +1,6 @@
 """Check the dataset version a run was started for, and describe it for the later states: its
-size, the run's name, and the accepted model the run starts from and is compared with.
+size, the run's name, the accepted model the run starts from and is compared with, and the
+released trainer (its sha256) that the run's job must run (`functions/common/trainer_code.py`).
 
 The first state of every execution also makes sure its execution holds the run lock: one the
 trigger started holds it already; one an operator started by hand (StartExecution) takes a free
@@ -26,6 +27,7 @@ from functions.common.errors import (
 )
 from functions.common.models import AcceptedModel, RunContext
 from functions.common.requests import RunInput
+from functions.common.trainer_code import released_trainer
 from functions.data.ledger import Ledger
 from functions.data.models import LockRecord
 from functions.data.run_lock import still_held
@@ -112,6 +114,8 @@ class RunPreparer:
             self.lock.hold(run.execution)
         lines = [raw for raw in manifest["Body"].iter_lines() if raw.strip()]
         images = _images(lines)
+        # Fixed now: a release during the run does not change what the run trains with.
+        code = released_trainer(self.s3, bucket)
         accepted = accepted_model(self.s3, bucket)
         new = _new_since(self.s3, bucket, accepted, images)
         return RunContext(
@@ -128,6 +132,7 @@ class RunPreparer:
             poll_max_seconds=self.poll_max_seconds,
             notify_on_start=self.notify_on_start,
             accepted=accepted,
+            code=code,
         )
 
 

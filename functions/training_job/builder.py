@@ -57,7 +57,7 @@ class TrainingRun(BaseModel):
     # The execution's ARN ($$.Execution.Id) or name; part of the job name, so a new execution for
     # the same dataset version gets a job of its own, and a retry within one execution does not.
     execution: str | None = Field(default=None, min_length=1, max_length=256)
-    # sha256 of the trainer's sources (as metrics.json's code_sha256), for the job's tags.
+    # sha256 of the released sourcedir.tar.gz (checked before the job is created), for the job's tags.
     code_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     # sourcedir.tar.gz for this run; the configuration's code_s3_uri when absent.
     code_s3_uri: S3Uri | None = None

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
-from functions.common import prefixes
 from functions.common.errors import (
     TrainerCodeMissingError,
     TrainingJobFailedError,
     TrainingJobOverdueError,
     TrainingJobStoppedError,
 )
-from functions.common.models import JobState, RunContext, RunState
+from functions.common.models import JobState, RunContext, RunState, TrainerCode
 from functions.common.polling import cap_for, next_wait
 from functions.common.requests import CheckTraining, StartTraining, StopTraining
+from functions.common.trainer_code import verify_trainer_code
 from functions.training_job.builder import (
     TrainingRun,
     build_training_job_request,
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 # stop waiting for it to say so.
 GRACE = timedelta(hours=1)
 PENDING_RULES = frozenset({"InProgress", "Stopping"})
-CODE_SHA256_METADATA = "sha256"  # x-amz-meta-sha256 on the uploaded sourcedir.tar.gz
 
 
 class StopOutcome(BaseModel):
@@ -98,6 +97,9 @@ class TrainingJobs:
             return recorded
         config, training_run = self._job_for_run(run)
         request = build_training_job_request(config, training_run)
+        # Last look before SageMaker runs the archive as the training role: the bytes the run
+        # started with, or no job (a retry that found its job above has passed this already).
+        verify_trainer_code(self.s3, _code_of(run), run=run.run or run.dataset_version)
         if self.ledger is not None and run.run:
             # Kept before the job exists: whatever ends this run finds the job by the run's name,
             # and a retry of this state finds it even if the code or the stack changed meanwhile.
@@ -161,8 +163,8 @@ class TrainingJobs:
 
     def _recorded_job(self, run: RunContext) -> JobState | None:
         """The job an earlier attempt of this run created, computed once: its name is in the
-        ledger, so an `upload-trainer` or a stack update between two attempts (which changes the
-        name `training_job_name` would compute) cannot start a second job."""
+        ledger, so a stack update between two attempts (which changes the name
+        `training_job_name` would compute) cannot start a second job."""
         name = self.ledger.run_job(run.run) if self.ledger is not None and run.run else None
         if name is None:
             return None
@@ -209,15 +211,7 @@ class TrainingJobs:
 
     def _job_for_run(self, run: RunContext) -> tuple[JobConfig, TrainingRun]:
         """The configuration and run this execution's job is built from (warm start included)."""
-        try:
-            head = self.s3.head_object(Bucket=self.bucket, Key=prefixes.TRAINER_CODE)
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in {"404", "NoSuchKey"}:
-                raise TrainerCodeMissingError(
-                    f"the trainer is not at s3://{self.bucket}/{prefixes.TRAINER_CODE}: upload it "
-                    "(`make upload-trainer STACK=<stack>` after `sam deploy`)"
-                ) from error
-            raise
+        code = _code_of(run)
         config = self.config
         if run.accepted is not None:
             # Start from the accepted model and score it on this version's validation split.
@@ -225,7 +219,16 @@ class TrainingJobs:
         training_run = TrainingRun(
             dataset_version=run.dataset_version,
             execution=run.run,
-            code_sha256=head.get("Metadata", {}).get(CODE_SHA256_METADATA),
-            code_s3_uri=f"s3://{self.bucket}/{prefixes.TRAINER_CODE}",
+            code_sha256=code.sha256,
+            code_s3_uri=code.uri,
         )
         return config, training_run
+
+
+def _code_of(run: RunContext) -> TrainerCode:
+    if run.code is None:
+        raise TrainerCodeMissingError(
+            f"run {run.run} carries no released trainer (it was started before runs fixed their code): "
+            f"start it again (`retrain runs rerun {run.run}`)"
+        )
+    return run.code

@@ -1,10 +1,14 @@
 """`retrain package-trainer OUT [--stack NAME | --bucket NAME]`: the trainer as SageMaker gets it.
 
 Builds `OUT/sourcedir.tar.gz` from `trainer/` (byte-identical for identical sources) and, given a
-deployed stack or its data bucket, uploads it to `s3://<bucket>/code/sourcedir.tar.gz` with its
-sha256 in the object's metadata, where every training job of the stack runs it from.
+deployed stack or its data bucket, releases it: `s3://<bucket>/code/<sha256>/sourcedir.tar.gz`,
+then `code/current.json` naming that digest, which every run started from then on trains with.
+The bucket lets only the release path write under `code/`: with `--stack`, the command acts as
+the stack's TrainerReleaseRole (assumed with your credentials; the stack's TrainerReleasers
+parameter says whose); with `--bucket`, as yourself, which a deployed stack's bucket refuses
+unless your credentials are already a session of that role.
 
-Exit codes: 0 built (and uploaded); 2 usage error or the stack/bucket cannot be reached.
+Exit codes: 0 built (and released); 2 usage error, or the stack/bucket cannot be reached or written.
 """
 
 from __future__ import annotations
@@ -12,54 +16,62 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+import boto3
 import typer
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 
-from functions.common import clients, prefixes
-from retrain.package import build_sourcedir
+from functions.common import clients
+from retrain import target as targets
+from retrain.package import build_sourcedir, release_trainer
 
 console = Console()
+SESSION_NAME = "retrain-package-trainer"  # what CloudTrail shows for the release's writes
 
 
 def command(
     out: Annotated[Path, typer.Argument(help="Folder for sourcedir.tar.gz and its .sha256.")] = Path("build/trainer"),
     stack: Annotated[
-        str | None, typer.Option(help="Upload to this deployed stack's data bucket (from its outputs).")
+        str | None, typer.Option(help="Release to this deployed stack (as its TrainerReleaseRole).")
     ] = None,
-    bucket: Annotated[str | None, typer.Option(help="Upload to this data bucket.")] = None,
+    bucket: Annotated[
+        str | None, typer.Option(help="Release to this data bucket as yourself (already the release role).")
+    ] = None,
     region: Annotated[str | None, typer.Option(help="AWS region (default: your configuration's).")] = None,
 ) -> None:
-    """Build the trainer's sourcedir.tar.gz; with --stack or --bucket, upload it for training jobs."""
+    """Build the trainer's sourcedir.tar.gz; with --stack or --bucket, release it for training jobs."""
     archive = build_sourcedir(out)
     console.print(f"{archive.path}: {len(archive.files)} files, sha256 {archive.sha256}", soft_wrap=True)
     if stack is None and bucket is None:
         return
     try:
-        target = bucket or _stack_bucket(stack or "", region)
-        s3: Any = clients.make("s3", session=_session(region))
-        s3.put_object(
-            Bucket=target,
-            Key=prefixes.TRAINER_CODE,
-            Body=archive.path.read_bytes(),
-            Metadata={"sha256": archive.sha256},
-        )
-    except (ClientError, BotoCoreError) as error:
-        console.print(f"[red]cannot upload the trainer:[/red] {error}", soft_wrap=True)
+        s3, target = _release_client(stack, bucket, region)
+        released = release_trainer(s3, target, archive)
+    except (ClientError, BotoCoreError, targets.TargetError) as error:
+        console.print(f"[red]cannot release the trainer:[/red] {error}", soft_wrap=True)
         raise typer.Exit(2) from error
-    console.print(f"uploaded to s3://{target}/{prefixes.TRAINER_CODE}", soft_wrap=True)
+    if released.outcome == "restored":
+        console.print(
+            f"[red]{released.uri} held other bytes (sha256 {released.replaced_sha256}): someone replaced the "
+            "released trainer; restored. Find out who (the bucket's access logs, CloudTrail).[/red]",
+            soft_wrap=True,
+        )
+    already = " (already there)" if released.outcome == "present" else ""
+    console.print(f"released {released.uri}{already}: runs started from now on train with it", soft_wrap=True)
 
 
-def _session(region: str | None) -> Any:
-    import boto3  # noqa: PLC0415
-
-    return boto3.session.Session(region_name=region)
-
-
-def _stack_bucket(stack: str, region: str | None) -> str:
-    cloudformation: Any = clients.make("cloudformation", session=_session(region))
-    (described,) = cloudformation.describe_stacks(StackName=stack)["Stacks"]
-    outputs = {item["OutputKey"]: item["OutputValue"] for item in described.get("Outputs", [])}
-    if "DataBucketName" not in outputs:
-        raise typer.BadParameter(f"stack {stack} has no DataBucketName output: is it this project's?")
-    return str(outputs["DataBucketName"])
+def _release_client(stack: str | None, bucket: str | None, region: str | None) -> tuple[Any, str]:
+    """An S3 client that may write under `code/`, and the bucket to write to."""
+    if stack is None:
+        return clients.make("s3", session=boto3.session.Session(region_name=region)), str(bucket)
+    deployed = targets.resolve(stack, region)
+    role = deployed.output("TrainerReleaseRoleArn")
+    sts = deployed.client("sts")
+    granted = sts.assume_role(RoleArn=role, RoleSessionName=SESSION_NAME)["Credentials"]
+    s3 = clients.make(
+        "s3",
+        session=deployed.session,
+        endpoint_url=deployed.endpoint_url,
+        credentials=(granted["AccessKeyId"], granted["SecretAccessKey"], granted["SessionToken"]),
+    )
+    return s3, bucket or deployed.output("DataBucketName")

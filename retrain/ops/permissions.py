@@ -155,8 +155,9 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
     "PrepareRunFunction": (
         Grant(
             ("s3:GetObject",),
-            ("{bucket}/dataset/manifests/*", "{bucket}/models/accepted.json"),
-            "the run's manifest, the accepted model, and the manifest it was trained on",
+            ("{bucket}/dataset/manifests/*", "{bucket}/models/accepted.json", "{bucket}/code/current.json"),
+            "the run's manifest, the accepted model, the manifest it was trained on, and the released "
+            "trainer's sha256, fixed for the run when it starts",
         ),
         Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (no accepted model before the first run)"),
         S3_READ_KEY,
@@ -207,8 +208,14 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             "the job runs as the training role, passed to SageMaker only",
             ("StringEquals:iam:PassedToService=sagemaker.amazonaws.com",),
         ),
-        Grant(("s3:GetObject",), ("{bucket}/code/sourcedir.tar.gz",), "HeadObject: the trainer's code_sha256 metadata"),
-        Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (the trainer was never uploaded)"),
+        Grant(
+            ("s3:GetObject",),
+            ("{bucket}/code/*/sourcedir.tar.gz",),
+            "reads the run's trainer through and hashes it: no job for code other than the release the run started "
+            "with",
+        ),
+        Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (the run's trainer was deleted)"),
+        S3_READ_KEY,
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
             ("{ledger}",),
@@ -344,8 +351,9 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
     "TrainingRole": (
         Grant(
             ("s3:GetObject",),
-            ("{bucket}/code/sourcedir.tar.gz", "{bucket}/models/runs/*"),
-            "the trainer's code; the accepted run's weights (the model channel, a warm start)",
+            ("{bucket}/code/*/sourcedir.tar.gz", "{bucket}/models/runs/*"),
+            "the trainer's code (the release the run checked); the accepted run's weights (the model channel, a "
+            "warm start)",
         ),
         Grant(
             ("s3:PutObject",),
@@ -416,6 +424,26 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             "the instances join the training VPC; SageMaker documents these on '*' (ENIs it names itself)",
         ),
         Grant(("fsx:DescribeFileSystems",), ("{file_system}",), "the instances mount the dataset's file system"),
+    ),
+    "TrainerReleaseRole": (
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/code/*",),
+            "releases the trainer: its archive under its sha256 (only where nothing is), then code/current.json; "
+            "the bucket policy lets no one else write under code/",
+        ),
+        Grant(
+            ("s3:GetObject",),
+            ("{bucket}/code/*/sourcedir.tar.gz",),
+            "an archive already at the release's key: the same bytes (a repeated release), or replaced ones it "
+            "restores",
+        ),
+        Grant(
+            ("kms:GenerateDataKey", "kms:Decrypt"),
+            ("{key}",),
+            "writes and reads SSE-KMS objects (via S3 only)",
+            VIA_S3,
+        ),
     ),
     "ReportReaderRole": (
         Grant(("s3:GetObject",), ("{bucket}/reports/runs/*",), "presigned links open a run's report.html"),

@@ -71,3 +71,10 @@ def job_names(stack: OfflineStack) -> list[str]:
 
 def read_json(stack: OfflineStack, key: str) -> Any:
     return json.loads(stack.aws.s3.get_object(Bucket=stack.ref("DataBucket"), Key=key)["Body"].read())
+
+
+def released_code(stack: OfflineStack) -> dict[str, str]:
+    """The trainer the stack released when it started (what PrepareRun fixes for each run)."""
+    release = read_json(stack, "code/current.json")
+    bucket = stack.ref("DataBucket")
+    return {"uri": f"s3://{bucket}/code/{release['sha256']}/sourcedir.tar.gz", "sha256": release["sha256"]}

@@ -50,7 +50,7 @@ NOT_REACHED = {
         "sagemaker:StopTrainingJob",
         "{jobs}",
     ): "a run that fails or overruns after its job started",
-    ("TrainingJobFunction", "s3:ListBucket", "{bucket}"): "the trainer was never uploaded (404)",
+    ("TrainingJobFunction", "s3:ListBucket", "{bucket}"): "the run's trainer was deleted after it started (404)",
     ("EvaluateRunFunction", "sagemaker:DescribeModelPackage", "{model_packages}"): "a retry after registering",
     ("EvaluateRunFunction", "sagemaker:CreateModelPackage", "{model_package_group}"): (
         "the group ARN is authorised for AWS's check of the group; the call names the new package's ARN"

@@ -265,3 +265,68 @@ def test_the_state_machine_may_invoke_exactly_the_functions_its_definition_names
     granted = {r for s in statements if "lambda:InvokeFunction" in s.actions for r in s.resources}
 
     assert granted == invoked
+
+
+# ------------------------------------------------------------ trainer code --
+CODE_SHA256 = "4e1d" * 16
+
+
+def _code_write(resolver: Any, action: str, principal: str | None, key: str) -> iam.Need:
+    bucket = f"arn:aws:s3:::{resolver.resolve({'Ref': 'DataBucket'})}"
+    context = {"aws:SecureTransport": "true"}
+    if principal is not None:
+        context["aws:PrincipalArn"] = principal
+    return iam.Need(action, f"{bucket}/{key}", context)
+
+
+@pytest.mark.parametrize("action", ["s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"])
+@pytest.mark.parametrize("key", [f"code/{CODE_SHA256}/sourcedir.tar.gz", "code/current.json"])
+def test_only_the_release_role_may_write_or_delete_the_trainer_whatever_s3_rights_others_hold(
+    body: dict[str, Any], action: str, key: str
+) -> None:
+    resolver = iam.fake_resolver(body)
+    denials = iam.bucket_denials(body, "DataBucketPolicy", resolver)
+    release_role = resolver.resolve({"Fn::GetAtt": ["TrainerReleaseRole", "Arn"]})
+    others = {
+        "the training role (runs the code)": iam.placeholders(body, resolver)["training_role"],
+        "a function's role": f"arn:aws:iam::{iam.ACCOUNT}:role/{iam.STACK}-IntakeFunctionRole-AbC",
+        "an engineer with s3:* on the bucket": f"arn:aws:iam::{iam.ACCOUNT}:role/ml-engineer",
+        "another account's role": "arn:aws:iam::444455556666:role/admin",
+        "an anonymous caller": None,
+    }
+
+    for who, principal in others.items():
+        assert iam.allowed(denials, _code_write(resolver, action, principal, key)), f"{who} is not denied {action}"
+    assert not iam.allowed(denials, _code_write(resolver, action, release_role, key)), "the release path is denied"
+    # Nothing else: the training role still reads the code, and writes its output elsewhere.
+    training_role = others["the training role (runs the code)"]
+    assert not iam.allowed(denials, _code_write(resolver, "s3:GetObject", training_role, key))
+    assert not iam.allowed(denials, _code_write(resolver, action, training_role, "training/job/output/model.tar.gz"))
+
+
+@pytest.mark.parametrize(
+    ("releasers", "condition"),
+    [
+        ("", None),
+        (
+            "arn:aws:iam::111122223333:role/ml-release,arn:aws:iam::111122223333:role/ci-*",
+            {
+                "ArnLike": {
+                    "aws:PrincipalArn": [
+                        "arn:aws:iam::111122223333:role/ml-release",
+                        "arn:aws:iam::111122223333:role/ci-*",
+                    ]
+                }
+            },
+        ),
+    ],
+)
+def test_who_may_release_is_the_accounts_iam_or_the_named_releasers(
+    body: dict[str, Any], releasers: str, condition: dict[str, Any] | None
+) -> None:
+    resolver = iam.fake_resolver(body, TrainerReleasers=releasers)
+    trust = resolver.resolve(body["Resources"]["TrainerReleaseRole"]["Properties"]["AssumeRolePolicyDocument"])
+
+    (statement,) = trust["Statement"]
+    assert statement["Principal"] == {"AWS": f"arn:aws:iam::{iam.ACCOUNT}:root"}, "this account's principals only"
+    assert statement.get("Condition") == condition

@@ -1,6 +1,6 @@
-"""The first states of an engineer's run: the dataset version is found and sized, and FSx is
-brought up to date with the curated zone, or, on a stack that reads the dataset from S3, left
-alone.
+"""The first states of an engineer's run: the dataset version is found and sized, the released
+trainer is fixed for the run, and FSx is brought up to date with the curated zone, or, on a stack
+that reads the dataset from S3, left alone.
 
 No AWS: S3 and FSx are stubbed clients that answer exactly the calls each state must make (and
 fail the test on any other).
@@ -11,9 +11,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from botocore.stub import Stubber
 
-from functions.common.errors import DatasetVersionNotFoundError, InvalidRunInputError
-from functions.common.models import RunContext, SyncState
+from functions.common.errors import DatasetVersionNotFoundError, InvalidRunInputError, TrainerCodeMissingError
+from functions.common.models import RunContext, SyncState, TrainerCode
 from functions.common.requests import RunInput, SyncRequest
 from functions.dataset_sync.logic import NOT_NEEDED, DatasetSync, request_token
 from functions.prepare_run.logic import RunPreparer
@@ -26,12 +27,19 @@ MANIFEST = b'{"batch": "munich", "image": "a.jpg"}\n{"batch": "munich", "image":
 RUN = RunContext.model_validate(load_event("run_context.json"))
 FILE_SYSTEM = "fs-0123456789abcdef0"
 TASK = "task-0a1b2c3d4e5f60718"
+CODE_SHA256 = "9c1e" * 16
+RELEASE = b'{"sha256": "' + CODE_SHA256.encode() + b'", "released_at": "2026-12-01T08:00:00Z"}'
+
+
+def _the_trainer_is_released(stub: Stubber, release: bytes = RELEASE) -> None:
+    stub.add_response("get_object", {"Body": body(release)}, {"Bucket": BUCKET, "Key": "code/current.json"})
 
 
 def test_a_first_run_learns_its_size_and_that_every_pair_is_new() -> None:
     with stubbed("s3") as (s3, stub):
         key = f"dataset/manifests/{VERSION}.jsonl"
         stub.add_response("get_object", {"Body": body(MANIFEST), "VersionId": "m1"}, {"Bucket": BUCKET, "Key": key})
+        _the_trainer_is_released(stub)
         stub.add_client_error(
             "get_object", "NoSuchKey", expected_params={"Bucket": BUCKET, "Key": "models/accepted.json"}
         )
@@ -44,6 +52,36 @@ def test_a_first_run_learns_its_size_and_that_every_pair_is_new() -> None:
     assert (run.pair_count, run.new_pairs, run.new_batches) == (2, 2, ["munich"])
     assert run.accepted is None, "the first run"
     assert (run.poll_seconds, run.poll_max_seconds) == (60, 300)
+
+
+def test_a_run_fixes_the_released_trainer_by_its_sha256_when_it_starts() -> None:
+    with stubbed("s3") as (s3, stub):
+        stub.add_response("get_object", {"Body": body(MANIFEST)})
+        _the_trainer_is_released(stub)
+        stub.add_client_error("get_object", "NoSuchKey")  # no accepted model yet
+
+        run = RunPreparer(s3, BUCKET, poll_seconds=60, poll_max_seconds=300).prepare(RunInput(dataset_version=VERSION))
+
+    assert run.code == TrainerCode(uri=f"s3://{BUCKET}/code/{CODE_SHA256}/sourcedir.tar.gz", sha256=CODE_SHA256)
+
+
+@pytest.mark.parametrize(
+    ("release", "says"),
+    [
+        (None, r"no trainer has been released \(s3://.*/code/current.json is missing\): release the trainer"),
+        (b'{"sha256": "latest"}', r"code/current.json does not name a released trainer: release the trainer"),
+    ],
+)
+def test_a_run_on_a_stack_without_a_released_trainer_is_refused_by_name(release: bytes | None, says: str) -> None:
+    with stubbed("s3") as (s3, stub):
+        stub.add_response("get_object", {"Body": body(MANIFEST)})
+        if release is None:
+            stub.add_client_error("get_object", "NoSuchKey", http_status_code=404)
+        else:
+            _the_trainer_is_released(stub, release)
+
+        with pytest.raises(TrainerCodeMissingError, match=says):
+            RunPreparer(s3, BUCKET, poll_seconds=60, poll_max_seconds=300).prepare(RunInput(dataset_version=VERSION))
 
 
 def test_a_run_on_a_version_that_was_never_frozen_fails_by_name() -> None:

@@ -1,13 +1,28 @@
-"""The trainer as SageMaker receives it: reproducible, self-contained, runnable in AWS's image."""
+"""The trainer as SageMaker receives it: reproducible, self-contained, runnable in AWS's image; and
+released to a stack under its sha256, so that what a run started with cannot change under it."""
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from retrain.package import TRAINER_DIR, build_sourcedir
+import boto3
+import pytest
+from moto import mock_aws
+
+from functions.common import clients
+from functions.common.trainer_code import released_trainer
+from retrain.commands import package as package_command
+from retrain.package import TRAINER_DIR, TrainerArchive, build_sourcedir, release_trainer
+from retrain.target import StackTarget
+
+BUCKET = "retrain-data-123456789012-us-east-1"
 
 # What AWS's PyTorch training images carry; anything else the trainer may only try to import.
 IN_THE_IMAGE = {"torch", "numpy", "PIL"}
@@ -63,3 +78,99 @@ def test_the_trainer_needs_nothing_the_training_image_lacks() -> None:
             elif unguarded:
                 problems.append(f"{where} imports the optional {module} without a fallback")
     assert problems == []
+
+
+# ------------------------------------------------------------------ release --
+@pytest.fixture
+def s3() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        client.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+        yield client
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> TrainerArchive:
+    return build_sourcedir(tmp_path_factory.mktemp("trainer"))
+
+
+def versions(s3: Any, key: str) -> list[str]:
+    return [v["VersionId"] for v in s3.list_object_versions(Bucket=BUCKET, Prefix=key).get("Versions", [])]
+
+
+def test_a_release_stores_the_archive_under_its_sha256_and_then_names_it_for_new_runs(
+    s3: Any, archive: TrainerArchive
+) -> None:
+    released = release_trainer(s3, BUCKET, archive)
+
+    key = f"code/{archive.sha256}/sourcedir.tar.gz"
+    assert (released.uri, released.outcome) == (f"s3://{BUCKET}/{key}", "stored")
+    assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == archive.path.read_bytes()
+    assert json.loads(s3.get_object(Bucket=BUCKET, Key="code/current.json")["Body"].read())["sha256"] == archive.sha256
+    code = released_trainer(s3, BUCKET)
+    assert (code.uri, code.sha256) == (released.uri, archive.sha256), "what PrepareRun fixes for the next run"
+
+
+def test_a_repeated_release_leaves_the_archive_untouched(s3: Any, archive: TrainerArchive) -> None:
+    first = release_trainer(s3, BUCKET, archive)
+    before = versions(s3, f"code/{archive.sha256}/")
+
+    again = release_trainer(s3, BUCKET, archive)
+
+    assert (first.outcome, again.outcome) == ("stored", "present")
+    assert versions(s3, f"code/{archive.sha256}/") == before, "never overwritten"
+
+
+def test_a_release_restores_an_archive_someone_replaced_and_says_whose_bytes_it_found(
+    s3: Any, archive: TrainerArchive
+) -> None:
+    key = f"code/{archive.sha256}/sourcedir.tar.gz"
+    release_trainer(s3, BUCKET, archive)
+    other = b"another train.py, packed under the released trainer's key"
+    s3.put_object(Bucket=BUCKET, Key=key, Body=other)
+
+    restored = release_trainer(s3, BUCKET, archive)
+
+    assert (restored.outcome, restored.replaced_sha256) == ("restored", hashlib.sha256(other).hexdigest())
+    assert s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() == archive.path.read_bytes()
+
+
+def test_releasing_to_a_deployed_stack_writes_as_its_release_role(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make upload-trainer STACK=retrain`: the only principal the bucket lets write under code/."""
+    role = boto3.client("iam", region_name="us-east-1").create_role(
+        RoleName="retrain-TrainerReleaseRole-AbC", AssumeRolePolicyDocument="{}"
+    )["Role"]["Arn"]
+    deployed = StackTarget(
+        name="retrain",
+        kind="aws",
+        region="us-east-1",
+        endpoint_url=None,
+        outputs={"DataBucketName": BUCKET, "TrainerReleaseRoleArn": role},
+        session=boto3.session.Session(region_name="us-east-1"),
+    )
+    monkeypatch.setattr(package_command.targets, "resolve", lambda stack, region: deployed)
+    made: dict[str, dict[str, Any]] = {}
+    real_make = clients.make
+
+    def make(service: str, **options: Any) -> Any:
+        made[service] = options
+        return real_make(service, **options)
+
+    monkeypatch.setattr(clients, "make", make)
+
+    package_command.command(tmp_path, stack="retrain", bucket=None, region=None)
+
+    sha256 = (tmp_path / "sourcedir.tar.gz.sha256").read_text().split()[0]
+    assert released_trainer(s3, BUCKET).sha256 == sha256
+    writer = boto3.client("sts", region_name="us-east-1", **_keys(made["s3"]["credentials"]))
+    assert writer.get_caller_identity()["Arn"].endswith(
+        ":assumed-role/retrain-TrainerReleaseRole-AbC/retrain-package-trainer"
+    ), "the release wrote as someone other than the stack's release role"
+
+
+def _keys(credentials: tuple[str, str, str]) -> dict[str, str]:
+    key_id, secret, token = credentials
+    return {"aws_access_key_id": key_id, "aws_secret_access_key": secret, "aws_session_token": token}

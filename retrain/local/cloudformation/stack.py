@@ -32,7 +32,6 @@ from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommu
 from moto.stepfunctions.parser.utils import TMP_THREADS
 from moto.stepfunctions.responses import StepFunctionResponse
 
-from functions.common import prefixes
 from functions.common.errors import RetrainError
 from retrain.local import s3_events
 from retrain.local.clients import StackClients
@@ -47,7 +46,7 @@ from retrain.local.lambda_runtime.poller import DELIVERIES, Delivery, SqsPoller
 from retrain.local.lambda_runtime.ticker import Ticker
 from retrain.local.notifications import SlackReceiver, TopicInbox
 from retrain.local.sagemaker.training import TrainingEmulator
-from retrain.package import build_sourcedir
+from retrain.package import build_sourcedir, release_trainer
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +104,7 @@ class StackOptions:
     workdir: Path | None = None
     # Debugger's rule evaluations outlive the training job by this much (tests of the wait).
     rule_delay_seconds: float = 0.0
-    # Upload the trainer (sourcedir.tar.gz from trainer/) at start, as the deploy flow does.
+    # Release the trainer (sourcedir.tar.gz from trainer/) at start, as the deploy flow does.
     upload_trainer: bool = True
     # Start a loopback Slack webhook and store its URL in the stack's Slack secret.
     slack: bool = True
@@ -355,14 +354,8 @@ class OfflineStack:
         return self._workdir
 
     def _upload_trainer(self, aws: StackClients, bucket: str, workdir: Path) -> None:
-        """What `make upload-trainer` does after a deploy: the archive and its sha256."""
-        archive = build_sourcedir(workdir / "code")
-        aws.s3.put_object(
-            Bucket=bucket,
-            Key=prefixes.TRAINER_CODE,
-            Body=archive.path.read_bytes(),
-            Metadata={"sha256": archive.sha256},
-        )
+        """What `make upload-trainer` does after a deploy: the release, under its sha256."""
+        release_trainer(aws.s3, bucket, build_sourcedir(workdir / "code"))
 
     def __enter__(self) -> OfflineStack:
         return self.start()

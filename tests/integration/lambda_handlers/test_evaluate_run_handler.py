@@ -11,6 +11,7 @@ import pytest
 from retrain.local.cloudformation.stack import OfflineStack
 from retrain.synth import write_scenes
 from tests.conftest import load_event
+from tests.integration.runs import released_code
 
 VERSION = "ds-20261203-091500-4f1c2a9b"
 
@@ -29,7 +30,7 @@ def test_a_completed_job_is_published_judged_and_its_model_accepted(
     deployed: OfflineStack, handler: Any, tmp_path: Path
 ) -> None:
     _curated_version(deployed, tmp_path)
-    run = load_event("run_context.json")
+    run = {**load_event("run_context.json"), "code": released_code(deployed)}
     sync = handler("DatasetSyncFunction")({"action": "start", "run": run})
     assert deployed.fsx is not None and deployed.training is not None
     deployed.fsx.wait(sync["task_id"])

@@ -10,13 +10,14 @@ import pytest
 from functions.common.errors import InvalidEventError
 from retrain.local.cloudformation.stack import OfflineStack
 from tests.conftest import load_event
+from tests.integration.runs import released_code
 
 
 def test_a_run_starts_one_job_that_a_retry_finds_and_the_failure_branch_stops(
     deployed: OfflineStack, handler: Any
 ) -> None:
     training = handler("TrainingJobFunction")
-    run = load_event("run_context.json")
+    run = {**load_event("run_context.json"), "code": released_code(deployed)}
 
     job = training({"action": "start", "run": run})
     retried = training({"action": "start", "run": run})
