@@ -325,6 +325,7 @@ FUNCTION_ENVIRONMENT = {
     "LEDGER_TABLE": "retrain-LedgerTable",
     "IDEMPOTENCY_TABLE": "retrain-IdempotencyTable",
     "TRIGGER_FUNCTION": "retrain-TriggerFunction",
+    "DATA_KEY_ARN": "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000",
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
 }

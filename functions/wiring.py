@@ -54,8 +54,13 @@ if TYPE_CHECKING:
 busy_is_retryable = clients.busy_is_retryable
 
 
-def ledger_and_bucket(settings: LedgerSettings) -> tuple[Ledger, DataBucket]:
-    bucket = DataBucket(clients.s3(), settings.data_bucket, multipart_threshold=settings.copy_multipart_threshold_bytes)
+def ledger_and_bucket(settings: LedgerSettings, data_key_arn: str | None = None) -> tuple[Ledger, DataBucket]:
+    bucket = DataBucket(
+        clients.s3(),
+        settings.data_bucket,
+        multipart_threshold=settings.copy_multipart_threshold_bytes,
+        data_key_arn=data_key_arn,
+    )
     return Ledger(clients.dynamodb(), settings.ledger_table), bucket
 
 
@@ -69,7 +74,9 @@ def intake(settings: IntakeSettings) -> Intake:
     from functions.intake.logic import Intake
     from functions.validation import DEFAULT_CONFIG
 
-    ledger, bucket = ledger_and_bucket(settings)
+    # Uploads are checked against the stack's key: the bucket policy's rule, kept where it is enforced
+    # last (and offline, where the emulator ignores the policy's conditions).
+    ledger, bucket = ledger_and_bucket(settings, data_key_arn=settings.data_key_arn)
     return Intake(ledger=ledger, bucket=bucket, config=DEFAULT_CONFIG, kick=kick(settings.trigger_function))
 
 

@@ -22,6 +22,17 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 Split = Literal["train", "val"]
 
 # A salt keeps the split independent of any other use of the image digest (e.g. sharding).
+# It is public on purpose (issue 28): an annotator can tweak an image's bytes until it lands in the
+# split they want, and a per-stack secret would not be worth what it costs.
+# - What it would stop is small. Only their own pairs, whose labels they write anyway. Screening
+#   checks every new pair in both splits; the gate scores on trusted pairs (validation pairs of
+#   batches an accepted run trained on) and the benchmark batches, never trained on; a new batch's
+#   validation pairs judge nothing until then (docs/screening.md). Leaking a gate image into
+#   training as a near copy needs no choice of split: with a secret salt, it lands in training 90 %
+#   of the time anyway; near-duplicate detection, not a salt, would stop that.
+# - What it would break: a new salt moves existing pairs between splits in the next version, so
+#   trusted validation pairs would be trained on and then score the model trained on them against
+#   the accepted one, which was not; comparability over growing data is what this hash is for.
 _SPLIT_SALT = b"retrain-split-v1:"
 
 

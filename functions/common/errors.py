@@ -45,6 +45,33 @@ class ConcurrentUpdateError(RetrainError):
     """Someone else changed the record between our read and our write (retried by SQS)."""
 
 
+class EncryptionRefusedError(RetrainError):
+    """An object is encrypted otherwise than with the stack's KMS key (SSE-C, SSE-S3, another KMS
+    key). The bucket policy refuses such uploads; one that still arrives cannot (or may not) be
+    read or copied, so it is refused where it lies, never retried into the DLQ."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+class ObjectTooLargeError(RetrainError):
+    """An object is larger than the intake moves: copying it (up to 5 TB, in parts) would outlast
+    the function, so it is refused where it lies, never retried into the DLQ."""
+
+    def __init__(self, key: str, size: int, limit: int) -> None:
+        super().__init__(f"{key}: {size} bytes, over the {limit} bytes the intake moves")
+        self.key = key
+        self.size = size
+        self.limit = limit
+
+
+class IntakeOutOfTimeError(RetrainError):
+    """Too little of the invocation was left to start this record: it goes back to the queue
+    unstarted (a partial batch failure) instead of being cut off by the timeout."""
+
+
 # ---- a retraining run: the state machine reacts to each of these by name ----
 class AwsServiceBusyError(RetrainError):
     """AWS throttled or failed a call beyond botocore's own retries: the state retries later."""

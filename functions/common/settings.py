@@ -38,6 +38,8 @@ class LedgerSettings(DataBucketSettings):
 
 class IntakeSettings(LedgerSettings):
     idempotency_table: str = Field(min_length=3)
+    # The stack's KMS key (the bucket's default): an upload encrypted otherwise is refused.
+    data_key_arn: str = Field(pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-zA-Z-]+$")
     # Started (asynchronously) when a batch closes; empty: wait for the trigger's schedule.
     trigger_function: str = ""
 

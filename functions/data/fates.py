@@ -1,9 +1,11 @@
 """What the intake and the sweeper both do to a batch's files: carry out and record their fates.
 
 A file set aside is copied to quarantine beside a `.reason.json`, and only then removed from the
-landing zone; every fate is one ledger record per object version. A batch closes once (by its
-`_COMPLETE` marker or after a quiet period), and the reports of the closed batches an invocation
-touched are rewritten at its end, when the trigger is also asked to look at what closed.
+landing zone; one that cannot be moved (too large, or encrypted with a key the intake cannot use)
+is refused: left where it is, its `.reason.json` in quarantine all the same. Every fate is one
+ledger record per object version. A batch closes once (by its `_COMPLETE` marker or after a quiet
+period), and the reports of the closed batches an invocation touched are rewritten at its end,
+when the trigger is also asked to look at what closed.
 """
 
 from __future__ import annotations
@@ -14,15 +16,37 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions.common import prefixes
+from functions.common.errors import EncryptionRefusedError, ObjectTooLargeError
 from functions.data.ledger import Ledger
 from functions.data.models import BatchStatus, FileRecord, FileStatus
 from functions.data.reports import write_report
 from functions.data.storage import DataBucket
-from functions.validation import FileCheck, Reason, Role
+from functions.validation import DEFAULT_CONFIG, FileCheck, Reason, ReasonCode, Role
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def unmovable_reason(error: EncryptionRefusedError | ObjectTooLargeError, key: str) -> Reason:
+    """Why an upload was left in incoming/, and what its uploader can do about it."""
+    if isinstance(error, ObjectTooLargeError):
+        return Reason(
+            code=ReasonCode.FILE_TOO_LARGE,
+            key=key,
+            message=(
+                f"{error.size} bytes, over the limit of {error.limit}: too large to move to quarantine, it is "
+                f"left in incoming/ untouched; delete it, and upload files of at most {error.limit} bytes"
+            ),
+        )
+    return Reason(
+        code=ReasonCode.ENCRYPTION_NOT_ACCEPTED,
+        key=key,
+        message=(
+            f"{error.problem}: the bucket takes only its own KMS key, so it is left in incoming/ untouched; "
+            "upload it again without encryption headers (the bucket then encrypts it with that key)"
+        ),
+    )
 
 
 def wait_for_the_schedule(reason: str) -> None:
@@ -61,6 +85,11 @@ class Bookkeeper:
         self.newly_closed.add(batch)
 
     # -------------------------------------------------------- quarantine --
+    def _move_limit(self) -> int:
+        """The largest object set aside by copying it (the validation limit: nothing the intake
+        could accept is larger, and a copy of at most this finishes in seconds)."""
+        return DEFAULT_CONFIG.max_file_bytes
+
     def _quarantine(
         self,
         batch: str,
@@ -73,21 +102,22 @@ class Bookkeeper:
         check: FileCheck | None = None,
         duplicate_of: str | None = None,
         destination: str | None = None,
-    ) -> None:
+    ) -> FileStatus:
         """Move one version to quarantine, beside a `.reason.json`; `destination` where its own
-        name is not to be reused (`prefixes.unsafe_quarantine_key`)."""
+        name is not to be reused (`prefixes.unsafe_quarantine_key`). The fate recorded: `status`,
+        or `refused` for a version that cannot be moved (see `_refuse`)."""
         destination = destination or prefixes.quarantine_key(batch, prefixes.relative_to_batch(key))
-        copied = self.bucket.copy(key, None if version == "null" else version, destination)
-        self.bucket.put_json(
-            prefixes.reason_key(destination),
-            {
-                "key": key,
-                "version": version,
-                "status": status.value,
-                "reasons": [reason.model_dump(mode="json") for reason in reasons],
-                "duplicate_of": duplicate_of,
-                "quarantined_at": self.clock().isoformat(),
-            },
+        try:
+            copied = self.bucket.copy(
+                key, None if version == "null" else version, destination, max_bytes=self._move_limit()
+            )
+        except (EncryptionRefusedError, ObjectTooLargeError) as unmovable:
+            self._refuse(
+                batch, key, version, reasons, unmovable=unmovable, destination=destination, role=role, check=check
+            )
+            return FileStatus.REFUSED
+        self._write_reason(
+            destination, key=key, version=version, status=status, reasons=reasons, duplicate_of=duplicate_of
         )
         self.bucket.remove(key, version)  # only now: the copy above is confirmed
         self._record(
@@ -101,6 +131,56 @@ class Bookkeeper:
             destination=destination,
             destination_version=copied,
             duplicate_of=duplicate_of,
+        )
+        return status
+
+    def _refuse(
+        self,
+        batch: str,
+        key: str,
+        version: str,
+        reasons: list[Reason],
+        *,
+        unmovable: EncryptionRefusedError | ObjectTooLargeError,
+        destination: str,
+        role: Role | None,
+        check: FileCheck | None,
+    ) -> None:
+        """A rejected version that cannot be moved stays in incoming/, untouched, and is recorded
+        `refused`; its `.reason.json` goes where its copy would have gone, saying why and what the
+        uploader can do. Copying up to 5 TB in parts would outlast the function, and an object we
+        cannot decrypt cannot be copied at all: either way every retry would fail the same, and
+        the message would end in the DLQ with no word to the uploader."""
+        left = unmovable_reason(unmovable, prefixes.relative_to_batch(key))
+        reasons = [r for r in reasons if r.code is not left.code] + [left]
+        where = prefixes.reason_key(destination)
+        self._write_reason(
+            destination, key=key, version=version, status=FileStatus.REFUSED, reasons=reasons, duplicate_of=None
+        )
+        self._record(
+            batch, key, version, FileStatus.REFUSED, role=role, check=check, reasons=tuple(reasons), reason_key=where
+        )
+
+    def _write_reason(
+        self,
+        destination: str,
+        *,
+        key: str,
+        version: str,
+        status: FileStatus,
+        reasons: list[Reason],
+        duplicate_of: str | None,
+    ) -> None:
+        self.bucket.put_json(
+            prefixes.reason_key(destination),
+            {
+                "key": key,
+                "version": version,
+                "status": status.value,
+                "reasons": [reason.model_dump(mode="json") for reason in reasons],
+                "duplicate_of": duplicate_of,
+                "quarantined_at": self.clock().isoformat(),
+            },
         )
 
     # ------------------------------------------------------------ ledger --

@@ -26,6 +26,9 @@ class FileStatus(StrEnum):
     DUPLICATE = "duplicate"
     SUPERSEDED = "superseded"
     MARKER = "marker"  # the batch's _COMPLETE marker: consumed, nothing to keep
+    # Rejected, but left in incoming/ untouched (its `.reason.json` is in quarantine/): too large
+    # to copy within the function's time, or encrypted with a key the intake cannot use.
+    REFUSED = "refused"
 
 
 class PairStatus(StrEnum):
@@ -58,6 +61,7 @@ class FileRecord(BaseModel):
     destination: str | None = None  # where it was copied: dataset/... or quarantine/...
     destination_version: str | None = None
     duplicate_of: str | None = None
+    reason_key: str | None = None  # refused: where its .reason.json is (the file stays in incoming/)
     recorded_at: datetime
 
 

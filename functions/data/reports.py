@@ -19,7 +19,8 @@ def build_report(batch: str, ledger: Ledger) -> dict[str, Any]:
     pairs = ledger.pairs(batch)
     rejected: dict[str, list[dict[str, str]]] = defaultdict(list)
     for record in files:
-        if record.status is FileStatus.QUARANTINED:
+        # A refused file is rejected too; its message says it was left in incoming/ and why.
+        if record.status in {FileStatus.QUARANTINED, FileStatus.REFUSED}:
             for reason in record.reasons:
                 rejected[reason.code.value].append({"key": record.key, "message": reason.message})
     class_pixels: Counter[str] = Counter()

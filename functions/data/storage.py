@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
-from functions.common.errors import ObjectGoneError, RetrainError
+from functions.common.errors import EncryptionRefusedError, ObjectGoneError, ObjectTooLargeError, RetrainError
 from functions.data.models import ObjectVersion
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
 
     from mypy_boto3_s3 import S3Client
 
@@ -31,6 +31,14 @@ COPY_PART_WORKERS = 8
 # must be told: the content headers and the user metadata.
 _CARRIED_HEADERS = ("ContentType", "ContentEncoding", "ContentDisposition", "ContentLanguage", "CacheControl")
 _PART_CHECKSUMS = ("ChecksumCRC32", "ChecksumCRC32C", "ChecksumSHA1", "ChecksumSHA256", "ChecksumCRC64NVME")
+# What a read of an object we may not decrypt answers: SSE-C without its key is 400 InvalidRequest
+# (a HEAD, which has no body, plain 400); a KMS key our role may not use is 403 AccessDenied, or a
+# `KMS.*` code when the key is disabled, pending deletion or gone. Each could also be a fault of
+# our own (a role that lost s3:GetObjectVersion): the object's encryption, read with a HEAD (which
+# needs no KMS permission), decides which.
+_MAYBE_ENCRYPTION = frozenset({"AccessDenied", "InvalidRequest", "400", "403"})
+SSE_KMS = "aws:kms"
+SSE_C = "it is encrypted with a customer-provided key (SSE-C), which only its uploader has"
 
 
 class _Part(NamedTuple):
@@ -43,6 +51,23 @@ class DeleteRefusedError(RetrainError):
     """S3 refused to delete some object versions (a DeleteObjects answer with Errors)."""
 
 
+def encryption_problem(answer: Mapping[str, Any], data_key_arn: str | None) -> str | None:
+    """Why an object's encryption (from its GetObject or HeadObject answer) is not the one the
+    bucket accepts, SSE-KMS with the stack's key; None when it is. An answer without encryption
+    headers comes only from an emulator with no default encryption (S3 encrypts every object)."""
+    if answer.get("SSECustomerAlgorithm"):
+        return SSE_C
+    algorithm = answer.get("ServerSideEncryption")
+    if algorithm is None:
+        return None
+    if algorithm != SSE_KMS:
+        return f"it is encrypted with {algorithm}, not SSE-KMS with the stack's key"
+    used = answer.get("SSEKMSKeyId")
+    if data_key_arn and used != data_key_arn:
+        return f"it is encrypted with the KMS key {used}, not the stack's key {data_key_arn}"
+    return None
+
+
 class DataBucket:
     def __init__(
         self,
@@ -51,9 +76,12 @@ class DataBucket:
         *,
         multipart_threshold: int = COPY_OBJECT_MAX_BYTES,
         part_bytes: int = COPY_PART_BYTES,
+        data_key_arn: str | None = None,
     ) -> None:
         """`multipart_threshold`: objects above it are copied in parts (at most CopyObject's
-        limit; tests lower it to copy small objects in parts)."""
+        limit; tests lower it to copy small objects in parts). `data_key_arn`: the stack's KMS key;
+        an object encrypted otherwise is refused (`EncryptionRefusedError`) by `read` and `copy`
+        (None: any SSE-KMS key is accepted, for buckets without the stack's key)."""
         if not 1 <= multipart_threshold <= COPY_OBJECT_MAX_BYTES:
             raise ValueError(f"the multipart threshold must be 1 to {COPY_OBJECT_MAX_BYTES} bytes")
         if not MIN_PART_BYTES <= part_bytes <= COPY_OBJECT_MAX_BYTES:
@@ -62,9 +90,14 @@ class DataBucket:
         self.name = bucket
         self._multipart_threshold = multipart_threshold
         self._part_bytes = part_bytes
+        self._data_key_arn = data_key_arn
 
     def read(self, key: str, version: str | None, limit: int) -> tuple[bytes, str | None]:
-        """At most `limit + 1` bytes of one version (enough for validation to say 'too large')."""
+        """At most `limit + 1` bytes of one version (enough for validation to say 'too large').
+
+        An object encrypted otherwise than the bucket accepts raises `EncryptionRefusedError`,
+        whether S3 refused to decrypt it for us or not (SSE-S3, or a key our role may use).
+        """
         request: dict[str, Any] = {"Bucket": self.name, "Key": key, "Range": f"bytes=0-{limit}"}
         if version:
             request["VersionId"] = version
@@ -80,8 +113,34 @@ class DataBucket:
             if code in {"NoSuchKey", "NoSuchVersion", "404"}:
                 where = f"s3://{self.name}/{key}" + (f" version {version}" if version else "")
                 raise ObjectGoneError(f"{where} is gone") from error
+            if code in _MAYBE_ENCRYPTION or str(code).startswith("KMS."):
+                # Raises EncryptionRefusedError if that is why; else S3's own answer stands.
+                with contextlib.suppress(ClientError):
+                    self._head(key, version)
             raise
-        return response["Body"].read(), response.get("VersionId")
+        body = response["Body"]
+        problem = encryption_problem(response, self._data_key_arn)
+        if problem is not None:
+            body.close()  # unread: its connection goes back to the pool
+            raise EncryptionRefusedError(key, problem)
+        return body.read(), response.get("VersionId")
+
+    def _head(self, key: str, version: str | None) -> Any:
+        """The object's HeadObject answer, its encryption checked (`EncryptionRefusedError`)."""
+        request: dict[str, str] = {"Bucket": self.name, "Key": key}
+        if version:
+            request["VersionId"] = version
+        try:
+            head = self._s3.head_object(**request)  # type: ignore[arg-type]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in {"400", "InvalidRequest"}:
+                # HeadObject of an SSE-C object without its key: S3's only answer is 400.
+                raise EncryptionRefusedError(key, SSE_C) from error
+            raise
+        problem = encryption_problem(head, self._data_key_arn)
+        if problem is not None:
+            raise EncryptionRefusedError(key, problem)
+        return head
 
     def current_version(self, key: str) -> str | None:
         """The VersionId of the key's current version; None if it is gone or unversioned."""
@@ -93,16 +152,20 @@ class DataBucket:
             raise
         return version
 
-    def copy(self, key: str, version: str | None, destination: str) -> str | None:
+    def copy(self, key: str, version: str | None, destination: str, *, max_bytes: int | None = None) -> str | None:
         """Copy one version; the returned VersionId is the confirmation we record.
 
         Its size decides how: CopyObject up to the multipart threshold, a multipart copy above it
-        (CopyObject fails above 5 GiB, and such an upload must still reach quarantine).
+        (CopyObject fails above 5 GiB). Before any copy: an object above `max_bytes` raises
+        `ObjectTooLargeError`, one encrypted otherwise than the bucket accepts
+        `EncryptionRefusedError` (S3 would refuse to copy it for us, or we may not).
         """
         source: dict[str, str] = {"Bucket": self.name, "Key": key}
         if version:
             source["VersionId"] = version
-        head = self._s3.head_object(**source)  # type: ignore[arg-type]
+        head = self._head(key, version)
+        if max_bytes is not None and head["ContentLength"] > max_bytes:
+            raise ObjectTooLargeError(key, head["ContentLength"], max_bytes)
         if head["ContentLength"] > self._multipart_threshold:
             return self._copy_in_parts(source, destination, head)
         response = self._s3.copy_object(

@@ -2,7 +2,8 @@
 
 Each object version is processed once (Powertools Idempotency on the object version alone: S3
 and SQS both deliver at least once); a record that fails is retried alone (partial batch
-failures) and lands in the DLQ after the queue's maxReceiveCount.
+failures) and lands in the DLQ after the queue's maxReceiveCount. Records are started most-delivered
+first, and only while enough of the invocation is left (`budget.py`); the others go back unstarted.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import wiring
 from functions.common import observability
-from functions.common.errors import ObjectGoneError, RefusedEventError
+from functions.common.errors import IntakeOutOfTimeError, ObjectGoneError, RefusedEventError
 from functions.common.models import S3ObjectEvent
 from functions.common.settings import IntakeSettings, load_settings
+from functions.intake.budget import TimeBudget, deliveries, most_delivered_first
 from functions.intake.logic import IDEMPOTENCY_KEY_PREFIX, OBJECT_VERSION_KEY, Intake
 
 logger, tracer, metrics = observability.for_function()
@@ -60,7 +62,16 @@ def process_object(*, obj: dict[str, Any], intake: Intake) -> str:
     return status.value
 
 
-def handle_record(record: SQSRecord, *, intake: Intake) -> None:
+def handle_record(record: SQSRecord, *, intake: Intake, budget: TimeBudget) -> None:
+    try:
+        budget.check()
+    except IntakeOutOfTimeError as late:
+        logger.warning(
+            "record sent back unstarted",
+            extra={"message_id": record.message_id, "deliveries": deliveries(record.raw_event), "reason": str(late)},
+        )
+        metrics.add_metric(name="RecordsDeferred", unit="Count", value=1)
+        raise
     for obj in intake.objects_in(record.body):
         process_object(obj=obj.model_dump(mode="json"), intake=intake)
 
@@ -71,9 +82,10 @@ def handle_record(record: SQSRecord, *, intake: Intake) -> None:
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     idempotency.register_lambda_context(context)
     intake = wiring.intake(settings)
+    budget = TimeBudget.of(context.get_remaining_time_in_millis)
     response = process_partial_response(
-        event=event,
-        record_handler=partial(handle_record, intake=intake),
+        event=most_delivered_first(event),
+        record_handler=partial(handle_record, intake=intake, budget=budget),
         processor=processor,
         context=context,
     )

@@ -20,9 +20,15 @@ from aws_lambda_powertools.utilities.data_classes import S3Event
 from pydantic import ValidationError
 
 from functions.common import prefixes
-from functions.common.errors import ConcurrentUpdateError, InvalidEventError, ObjectGoneError, RefusedEventError
+from functions.common.errors import (
+    ConcurrentUpdateError,
+    EncryptionRefusedError,
+    InvalidEventError,
+    ObjectGoneError,
+    RefusedEventError,
+)
 from functions.common.models import S3ObjectEvent, decode_key, written_before
-from functions.data.fates import Bookkeeper
+from functions.data.fates import Bookkeeper, unmovable_reason
 from functions.data.ledger import Ledger
 from functions.data.models import (
     FileRecord,
@@ -32,6 +38,7 @@ from functions.data.models import (
     Side,
 )
 from functions.validation import (
+    FileCheck,
     KeyKind,
     PairResult,
     Reason,
@@ -99,6 +106,9 @@ class Intake(Bookkeeper):
     config: ValidationConfig
     pause: Callable[[float], None] = time.sleep
 
+    def _move_limit(self) -> int:
+        return self.config.max_file_bytes
+
     def finish(self) -> None:
         """At the end of an invocation: rewrite the reports of the closed batches it touched, and
         ask the trigger to look if it closed one (the trigger decides whether a run starts)."""
@@ -146,8 +156,9 @@ class Intake(Bookkeeper):
             # An unsafe batch folder or a key too long for what is derived from it: never read,
             # and set aside under a key that is neither (nothing is lost on bad input).
             reason = Reason.from_error(error, obj.key)
-            self._quarantine(batch, obj.key, version, [reason], destination=prefixes.unsafe_quarantine_key(obj.key))
-            return FileStatus.QUARANTINED
+            return self._quarantine(
+                batch, obj.key, version, [reason], destination=prefixes.unsafe_quarantine_key(obj.key)
+            )
         try:
             kind = classify_key(relative, self.config)
         except RejectedError as error:
@@ -155,8 +166,8 @@ class Intake(Bookkeeper):
             # quarantine/ once synced to a disk); other refused layouts keep their own names.
             unsafe = error.code is ReasonCode.UNSAFE_NAME
             destination = prefixes.unsafe_quarantine_key(obj.key) if unsafe else None
-            self._quarantine(batch, obj.key, version, [Reason.from_error(error, relative)], destination=destination)
-            return FileStatus.QUARANTINED
+            reason = Reason.from_error(error, relative)
+            return self._quarantine(batch, obj.key, version, [reason], destination=destination)
         if kind.kind is KeyKind.MARKER:
             self._close(batch, "marker")
             self._record(batch, obj.key, version, FileStatus.MARKER)
@@ -175,7 +186,13 @@ class Intake(Bookkeeper):
             if record is not None and record.status is not FileStatus.PENDING:
                 return record.status  # delivered again after its fate was sealed: nothing to do
             raise  # erased, or withdrawn by its uploader, before anything was done with it
-        check = (check_image if role is Role.IMAGE else check_label)(body, relative, self.config)
+        except EncryptionRefusedError as refused:
+            # Unreadable to us (or encrypted as the bucket forbids): a broken file like any other,
+            # whose partner must learn so; it is refused where it lies (`_quarantine`).
+            reason = unmovable_reason(refused, relative)
+            check = FileCheck(key=relative, role=role, size_bytes=obj.size, reasons=(reason,))
+        else:
+            check = (check_image if role is Role.IMAGE else check_label)(body, relative, self.config)
         side = Side(key=obj.key, version=version, check=check, sequencer=obj.sequencer)
         # Even a broken file joins its pair: its partner must learn that it was rejected.
         return self._pair_up_again_on_conflict(batch, kind.stem, role, side)
@@ -250,7 +267,7 @@ class Intake(Bookkeeper):
         self.ledger.put_pair(pair, revision + 1)  # the conditional write is the claim to judge
         if not whole:
             if side.check.reasons:
-                self._quarantine(
+                return self._quarantine(
                     batch,
                     side.key,
                     side.version,
@@ -258,18 +275,18 @@ class Intake(Bookkeeper):
                     role=role,
                     check=side.check,
                 )
-                return FileStatus.QUARANTINED
             self._record(batch, side.key, side.version, FileStatus.PENDING, role=role, check=side.check)
             return FileStatus.PENDING
-        pair = self._judge(pair, arrived=side)
+        pair, fate = self._judge(pair, arrived=side)
         self.ledger.put_pair(pair, revision + 2)
         if pair.status is PairStatus.VALID:
             # New data exists only from here on. Had the trigger consumed the batch since this
             # object's first touch (a judgement slower than the settle period), this brings it back.
             self._touch(batch)
-        return _file_status(pair.status)
+        return fate or _file_status(pair.status)
 
-    def _judge(self, pair: PairRecord, arrived: Side) -> PairRecord:
+    def _judge(self, pair: PairRecord, arrived: Side) -> tuple[PairRecord, FileStatus | None]:
+        """The judged pair, and the fate of the arrived file where it is not the pair's (refused)."""
         assert pair.image is not None and pair.label is not None
         result = judge_pair(
             pair.stem,
@@ -279,8 +296,9 @@ class Intake(Bookkeeper):
             index=_BatchScopedIndex(self.ledger, pair.batch),
         )
         if result.status is Status.VALID:
-            return self._curate(pair, result)
+            return self._curate(pair, result), None
         status = FileStatus.DUPLICATE if result.status is Status.DUPLICATE else FileStatus.QUARANTINED
+        fate = None
         for role, side in ((Role.IMAGE, pair.image), (Role.LABEL, pair.label)):
             if side != arrived and side.check.reasons:
                 continue  # quarantined when it arrived, broken on its own
@@ -294,7 +312,7 @@ class Intake(Bookkeeper):
                 continue
             # A file set aside because of its partner carries the pair's reasons.
             own = [r for r in result.reasons if r.key in (None, side.check.key)]
-            self._quarantine(
+            recorded = self._quarantine(
                 pair.batch,
                 side.key,
                 side.version,
@@ -304,8 +322,10 @@ class Intake(Bookkeeper):
                 check=side.check,
                 duplicate_of=result.duplicate_of,
             )
+            if side == arrived:
+                fate = recorded
         pair_status = PairStatus.DUPLICATE if status is FileStatus.DUPLICATE else PairStatus.INVALID
-        return pair.model_copy(update={"status": pair_status, "duplicate_of": result.duplicate_of})
+        return pair.model_copy(update={"status": pair_status, "duplicate_of": result.duplicate_of}), fate
 
     def _curate(self, pair: PairRecord, result: PairResult) -> PairRecord:
         update: dict[str, Any] = {

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 # StopExecution with no error of its own (RunEndedFunction calls that States.Aborted).
 STOPPED_ERRORS = frozenset({"TrainingJobStoppedError", "RunCancelled", "States.Aborted"})
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+SLACK_WEBHOOK_HOST = "hooks.slack.com"
 
 
 class Notified(BaseModel):
@@ -48,15 +49,29 @@ class Notified(BaseModel):
 
 
 def usable_webhook(url: str | None) -> str | None:
-    """Why a webhook URL cannot be used (None: it can): https, or http on loopback (offline)."""
+    """Why a webhook URL cannot be used (None: it can): https on Slack's webhook host, or http on
+    loopback (the offline stack's stand-in for Slack).
+
+    Only Slack's host, because the message carries presigned report links and the run's results:
+    whoever can change the secret must not be able to send them to a host of their choosing. The
+    reason never quotes the URL (it is a credential)."""
     if not url:
         return "no Slack webhook is configured (the secret holds no URL yet)"
     parsed = urlparse(url)
-    if parsed.scheme == "https" and parsed.hostname:
-        return None
     if parsed.scheme == "http" and parsed.hostname in LOOPBACK:
         return None
-    return "the secret's webhook URL is not an https URL"
+    if parsed.scheme != "https" or not parsed.hostname:
+        return "the secret's webhook URL is not an https URL"
+    try:
+        port = parsed.port
+    except ValueError:
+        port = -1  # not a port at all
+    if parsed.hostname != SLACK_WEBHOOK_HOST or parsed.username is not None or port not in {None, 443}:
+        return (
+            f"the secret's webhook URL is not on Slack's webhook host {SLACK_WEBHOOK_HOST}: nothing is sent "
+            "elsewhere; store the channel's incoming-webhook URL (https://hooks.slack.com/services/...)"
+        )
+    return None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ class ReasonCode(StrEnum):
     # Bytes and container format.
     EMPTY_FILE = "empty_file"
     FILE_TOO_LARGE = "file_too_large"
+    ENCRYPTION_NOT_ACCEPTED = "encryption_not_accepted"
     NOT_AN_IMAGE = "not_an_image"
     UNSUPPORTED_FORMAT = "unsupported_format"
     EXTENSION_MISMATCH = "extension_mismatch"
@@ -63,6 +64,10 @@ DESCRIPTIONS: dict[ReasonCode, str] = {
     ReasonCode.MISSING_LABEL: "an image has no label with its stem (yet)",
     ReasonCode.EMPTY_FILE: "the file has zero bytes",
     ReasonCode.FILE_TOO_LARGE: "the file has more bytes than the configured limit",
+    ReasonCode.ENCRYPTION_NOT_ACCEPTED: (
+        "the object is encrypted otherwise than with the stack's KMS key (SSE-C, SSE-S3 or another KMS "
+        "key): it cannot or may not be read"
+    ),
     ReasonCode.NOT_AN_IMAGE: "the content is not an image at all",
     ReasonCode.UNSUPPORTED_FORMAT: "the content is an image format other than JPEG or PNG",
     ReasonCode.EXTENSION_MISMATCH: "the extension says one format, the content is another",

@@ -44,7 +44,7 @@ from retrain.local.notifications import TopicInbox
 from retrain.runs import run_state
 from retrain.synth import write_scenes
 
-FINAL = {"curated", "quarantined", "duplicate", "superseded", "marker"}
+FINAL = {"curated", "quarantined", "duplicate", "superseded", "marker", "refused"}
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 BROKEN = 5  # objects the demo breaks on purpose (see `_files`)
 VERDICT_STYLES = {rules.ISSUES: "yellow", rules.PASSED: "green", rules.NOT_APPLICABLE: "dim", rules.ERROR: "red"}

@@ -248,10 +248,11 @@ class _Audit:
 
     # ------------------------------------------------------------ objects --
     def landing(self, objects: list[_Listed], records: dict[tuple[str, str], FileRecord]) -> None:
-        """A landing version still there is waiting for its partner, or is the batch's marker."""
+        """A landing version still there is waiting for its partner, is the batch's marker, or was
+        refused where it lies (too large to move, or encrypted with a key the intake cannot use)."""
         for obj in objects:
             record = records.get((obj.key, obj.version))
-            if record is not None and record.status in {FileStatus.PENDING, FileStatus.MARKER}:
+            if record is not None and record.status in {FileStatus.PENDING, FileStatus.MARKER, FileStatus.REFUSED}:
                 continue
             if self.fresh(obj.modified):
                 self.wait(obj.key, obj.version, obj.modified, "uploaded, not processed yet")
@@ -295,12 +296,14 @@ class _Audit:
             if f.destination and f.status is FileStatus.CURATED
         }
         superseded = Counter(f.key for f in files if f.status is FileStatus.SUPERSEDED)
+        # A refused file's reason stands alone: the file itself was left in incoming/.
+        refused = {f.reason_key for f in files if f.status is FileStatus.REFUSED}
         present = {obj.key for obj in objects}
         unexplained: dict[str | None, list[_Listed]] = defaultdict(list)
         for obj in objects:
             if obj.key.startswith(prefixes.QUARANTINE) and obj.key.endswith(prefixes.REASON_SUFFIX):
                 quarantined = obj.key.removesuffix(prefixes.REASON_SUFFIX)
-                if quarantined not in present and not self.fresh(obj.modified):
+                if quarantined not in present and obj.key not in refused and not self.fresh(obj.modified):
                     self.flag(
                         Kind.REASON_WITHOUT_FILE,
                         obj.key,
@@ -375,6 +378,15 @@ class _Audit:
                         Kind.RECORD_WITHOUT_OBJECT,
                         item,
                         "pending, and that version is no longer in the landing zone",
+                        record.version,
+                    )
+            elif record.status is FileStatus.REFUSED:
+                # The landing copy is the uploader's to delete (its reason says so); its reason stays.
+                if record.reason_key not in keys:
+                    self.flag(
+                        Kind.RECORD_WITHOUT_OBJECT,
+                        item,
+                        f"refused, and its reason {record.reason_key} is not in the bucket",
                         record.version,
                     )
             elif record.status is FileStatus.SUPERSEDED:

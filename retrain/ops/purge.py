@@ -307,6 +307,7 @@ class Purger:
         else:
             subject.files = [f for f in self._batch_files(batch) if f.key == subject.key]
         named = {f.key for f in subject.files} | {f.destination for f in subject.files if f.destination}
+        named |= {f.reason_key for f in subject.files if f.reason_key}  # a refused file's lone reason
         if subject.key:
             # Where intake sets a stray file aside, whether or not the ledger still says so.
             quarantined = prefixes.quarantine_key(batch, prefixes.relative_to_batch(subject.key))

@@ -55,9 +55,10 @@ def _encode(picture: Image.Image, fmt: str) -> bytes:
 _UPLOADS: weakref.WeakKeyDictionary[OfflineStack, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
 
-def upload(stack: OfflineStack, key: str, body: bytes) -> str:
-    """Put one object as an annotator does; its VersionId (remembered for the accounting)."""
-    version = stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key=key, Body=body)["VersionId"]
+def upload(stack: OfflineStack, key: str, body: bytes, **extra: Any) -> str:
+    """Put one object as an annotator does (`extra`: more PutObject arguments, such as its
+    encryption); its VersionId (remembered for the accounting)."""
+    version = stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key=key, Body=body, **extra)["VersionId"]
     _UPLOADS.setdefault(stack, set()).add((key, version))
     return version
 

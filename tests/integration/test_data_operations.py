@@ -182,6 +182,29 @@ def test_a_rejected_pair_a_stray_file_and_a_copy_of_a_photo_elsewhere_are_erased
     )
 
 
+def test_a_refused_upload_left_in_the_landing_zone_is_erased_with_its_lone_reason(data_stack: OfflineStack) -> None:
+    # Encrypted otherwise than with the stack's key: refused where it lies, its reason in quarantine/.
+    other_key = data_stack.aws.kms.create_key()["KeyMetadata"]["Arn"]
+    upload(
+        data_stack, "incoming/b1/images/face.jpg", scene(5).image, ServerSideEncryption="aws:kms", SSEKMSKeyId=other_key
+    )
+    upload(data_stack, "incoming/b1/labels/face.png", scene(5).label)
+    upload(data_stack, "incoming/b1/face-notes.txt", b"the driver's name", ServerSideEncryption="AES256")
+    drain(data_stack)
+    assert status_by_key(data_stack)["incoming/b1/images/face.jpg"] == "refused"
+    assert status_by_key(data_stack)["incoming/b1/face-notes.txt"] == "refused"
+
+    result = cli(data_stack, "purge", "b1/face", "incoming/b1/face-notes.txt", "--json")
+
+    assert result.exit_code == 0, result.output
+    left = sorted(k for k, _ in versions(data_stack) if k.rpartition("/")[2].startswith("face"))
+    assert left == [], f"still in the bucket: {left}"
+    mentions = [item["sk"]["S"] for item in ledger_items(data_stack) if "face" in json.dumps(item)]
+    assert mentions == [], f"the ledger still holds the erased files: {mentions}"
+    audited = cli(data_stack, "audit", "--grace-seconds", "0")
+    assert audited.exit_code == 0, audited.output
+
+
 def claimants(stack: OfflineStack) -> dict[str, str]:
     """The content index: which file first claimed each image sha256."""
     return {i["pk"]["S"].removeprefix("content#"): i["key"]["S"] for i in ledger_items(stack) if "key" in i}

@@ -404,3 +404,41 @@ def test_objects_above_the_multipart_threshold_are_curated_and_quarantined_in_pa
     assert status_by_key(data_stack)["incoming/big/images/ok.jpg"] == "curated"
     assert_every_upload_accounted_for_once(data_stack)
     assert audit(data_stack, "--grace-seconds", "0")[0] == 0, "bucket and ledger disagree"
+
+
+def test_uploads_encrypted_otherwise_than_with_the_stacks_key_are_refused_where_they_lie(
+    data_stack: OfflineStack,
+) -> None:
+    # On AWS the bucket policy denies these uploads; offline it cannot (moto ignores its conditions),
+    # so they reach the intake, as one would that got past a policy: refused, never the DLQ.
+    other_key = data_stack.aws.kms.create_key()["KeyMetadata"]["Arn"]
+    upload(
+        data_stack, "incoming/enc/images/a.jpg", scene(1).image, ServerSideEncryption="aws:kms", SSEKMSKeyId=other_key
+    )
+    upload(data_stack, "incoming/enc/labels/a.png", scene(1).label)
+    upload(data_stack, "incoming/enc/images/b.jpg", scene(2).image, ServerSideEncryption="AES256")
+    upload(data_stack, "incoming/enc/labels/b.png", scene(2).label)
+    upload_pair(data_stack, "enc", "c", scene(3))  # no headers: the bucket's default, the stack's key
+
+    drain(data_stack)
+
+    assert queue_depth(data_stack, "IntakeDeadLetterQueue") == 0
+    assert queue_depth(data_stack, "IntakeQueue") == 0
+    assert status_by_key(data_stack) == {
+        "incoming/enc/images/a.jpg": "refused",
+        "incoming/enc/labels/a.png": "quarantined",
+        "incoming/enc/images/b.jpg": "refused",
+        "incoming/enc/labels/b.png": "quarantined",
+        "incoming/enc/images/c.jpg": "curated",
+        "incoming/enc/labels/c.png": "curated",
+    }
+    assert objects(data_stack, "incoming/") == ["incoming/enc/images/a.jpg", "incoming/enc/images/b.jpg"]
+    for image, says in (("a.jpg", f"KMS key {other_key}, not the stack's key"), ("b.jpg", "encrypted with AES256")):
+        reason = read_json(data_stack, f"quarantine/enc/images/{image}.reason.json")
+        assert reason["status"] == "refused"
+        (why,) = reason["reasons"]  # type: ignore[misc]
+        assert why["code"] == "encryption_not_accepted"
+        assert says in why["message"] and "without encryption headers" in why["message"]
+    assert objects(data_stack, "dataset/") == ["dataset/images/enc/c.jpg", "dataset/labels/enc/c.png"]
+    assert_every_upload_accounted_for_once(data_stack)
+    assert audit(data_stack, "--grace-seconds", "0")[0] == 0, "bucket and ledger disagree"

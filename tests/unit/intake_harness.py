@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from moto import mock_aws
@@ -37,10 +37,12 @@ class Harness:
     s3: S3Client
     dynamodb: DynamoDBClient
     clock: list[datetime]  # what the intake's clock reads: clock[0]
+    data_key_arn: str | None = None  # the stack's KMS key, when the bucket has one (`encrypted`)
 
-    def upload(self, key: str, body: bytes, sequencer: str | None = None) -> S3ObjectEvent:
-        """Put one object as an annotator does; the event S3 sends for it."""
-        version = self.s3.put_object(Bucket=BUCKET, Key=key, Body=body)["VersionId"]
+    def upload(self, key: str, body: bytes, sequencer: str | None = None, **extra: Any) -> S3ObjectEvent:
+        """Put one object as an annotator does (`extra`: more PutObject arguments, such as its
+        encryption); the event S3 sends for it."""
+        version = self.s3.put_object(Bucket=BUCKET, Key=key, Body=body, **extra)["VersionId"]
         return S3ObjectEvent(
             bucket=BUCKET,
             key=key,
@@ -66,17 +68,29 @@ def emulated_intake(
     *,
     config: ValidationConfig = DEFAULT_CONFIG,
     multipart_threshold: int = COPY_OBJECT_MAX_BYTES,
+    encrypted: bool = False,
 ) -> Iterator[Harness]:
     """An Intake whose bucket is a `bucket_type` (a subclass can make a call fail), copying objects
-    above `multipart_threshold` bytes in parts."""
+    above `multipart_threshold` bytes in parts; `encrypted`: the bucket's default encryption is a
+    KMS key of its own, the one the intake accepts, as the template has it."""
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         dynamodb = boto3.client("dynamodb", region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         s3.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+        key_arn = None
+        if encrypted:
+            key_arn = boto3.client("kms", region_name="us-east-1").create_key()["KeyMetadata"]["Arn"]
+            default = {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key_arn}
+            s3.put_bucket_encryption(
+                Bucket=BUCKET,
+                ServerSideEncryptionConfiguration={
+                    "Rules": [{"ApplyServerSideEncryptionByDefault": default, "BucketKeyEnabled": True}]  # type: ignore[typeddict-item]
+                },
+            )
         create_ledger_table(dynamodb, LEDGER)
         clock = [UPLOADED]
         ledger = Ledger(dynamodb, LEDGER)
-        bucket = bucket_type(s3, BUCKET, multipart_threshold=multipart_threshold)
+        bucket = bucket_type(s3, BUCKET, multipart_threshold=multipart_threshold, data_key_arn=key_arn)
         intake = Intake(ledger=ledger, bucket=bucket, config=config, clock=lambda: clock[0])
-        yield Harness(intake, s3, dynamodb, clock)
+        yield Harness(intake, s3, dynamodb, clock, key_arn)

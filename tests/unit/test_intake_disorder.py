@@ -119,11 +119,11 @@ class DiesOnSecondCopy(DataBucket):
 
     armed = False
 
-    def copy(self, key: str, version: str | None, destination: str) -> str | None:
+    def copy(self, key: str, version: str | None, destination: str, *, max_bytes: int | None = None) -> str | None:
         if "/labels/" in destination and DiesOnSecondCopy.armed:
             DiesOnSecondCopy.armed = False
             raise FunctionDiedError(f"the invocation died before copying {key} to {destination}")
-        return super().copy(key, version, destination)
+        return super().copy(key, version, destination, max_bytes=max_bytes)
 
 
 @pytest.fixture

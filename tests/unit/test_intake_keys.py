@@ -1,5 +1,6 @@
 """The intake on hostile keys and huge objects: an unsafe batch folder, a key too long for what is
-derived from it, and an object above what CopyObject copies. Each is set aside, never lost.
+derived from it, and an object above what CopyObject copies. Each is set aside, never lost; an
+object too large to move within the function's time is refused where it lies.
 
 As logic, on an emulated ledger and bucket (moto checks S3's and DynamoDB's key limits).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -192,17 +194,55 @@ def test_a_failed_multipart_copy_is_aborted(at: Harness) -> None:
     assert at.s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
 
 
-def test_an_object_over_the_size_limit_is_quarantined_as_too_large_through_a_multipart_copy() -> None:
+def _moves(at: Harness) -> dict[str, int]:
+    """Counts of every call that would copy or start copying an object."""
+    calls = {"CopyObject": 0, "UploadPartCopy": 0, "CreateMultipartUpload": 0}
+
+    def count(model: Any, **_: Any) -> None:
+        calls[model.name] += 1
+
+    for operation in calls:
+        at.s3.meta.events.register(f"before-call.s3.{operation}", count)
+    return calls
+
+
+def test_an_object_over_the_size_limit_is_refused_where_it_lies_and_never_copied() -> None:
+    # Copying up to 5 TB in parts inside a 60 s function ends in the DLQ; the upload stays, refused.
     config = ValidationConfig(max_file_bytes=1000)
     with emulated_intake(config=config, multipart_threshold=1000) as at:
-        calls = _count_calls(at)
+        moves = _moves(at)
         huge = scene(1).image + b"\0" * 5000
         event = at.upload("incoming/b/images/x.jpg", huge)
 
-        assert at.intake.process(event) is FileStatus.QUARANTINED
+        assert at.intake.process(event) is FileStatus.REFUSED
 
-        assert calls == {"CopyObject": 0, "UploadPartCopy": 1}
-        assert at.body("quarantine/b/images/x.jpg") == huge
-        (reason,) = _reason(at, "quarantine/b/images/x.jpg")["reasons"]
-        assert reason["code"] == "file_too_large"
-        assert at.versions("incoming/") == []
+        assert moves == {"CopyObject": 0, "UploadPartCopy": 0, "CreateMultipartUpload": 0}
+        assert at.versions("incoming/") == [("incoming/b/images/x.jpg", event.version_id)], "left where it lies"
+        assert at.versions("quarantine/") == [("quarantine/b/images/x.jpg.reason.json", ANY)], "only its reason"
+        reason = _reason(at, "quarantine/b/images/x.jpg")
+        assert reason["status"] == "refused"
+        (why,) = reason["reasons"]
+        assert why["code"] == "file_too_large"
+        assert f"{len(huge)} bytes, over the limit of 1000" in why["message"]
+        assert "left in incoming/" in why["message"] and "delete it" in why["message"]
+        record = at.intake.ledger.file("b", event.key, event.version_id or "")
+        assert record is not None and record.status is FileStatus.REFUSED
+        assert record.reason_key == "quarantine/b/images/x.jpg.reason.json"
+
+
+def test_a_stray_file_s3_says_holds_5_tb_is_refused_without_a_single_copy(at: Harness) -> None:
+    # A file outside images/ and labels/ is set aside unread; S3 can hold 5 TB under any name.
+    event = at.upload("incoming/b/drive/recording.mp4", b"moto cannot hold 5 TB")
+
+    def five_terabytes(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["ContentLength"] = 5 * 1024**4
+
+    at.s3.meta.events.register("after-call.s3.HeadObject", five_terabytes)
+    moves = _moves(at)
+
+    assert at.intake.process(event) is FileStatus.REFUSED
+
+    assert moves == {"CopyObject": 0, "UploadPartCopy": 0, "CreateMultipartUpload": 0}
+    assert at.versions("incoming/") == [(event.key, event.version_id)]
+    codes = [r["code"] for r in _reason(at, "quarantine/b/drive/recording.mp4")["reasons"]]
+    assert codes == ["unexpected_file", "file_too_large"], "why it is rejected, and why it was left"

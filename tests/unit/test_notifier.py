@@ -18,6 +18,7 @@ from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from functions import wiring
 from functions.common.requests import NotifyRequest
 from functions.common.settings import NotifySettings
+from functions.notify import slack as slack_delivery
 from functions.notify.logic import Notified, Notifier
 from functions.notify.secret import SlackSecretError, SlackWebhookSecret, webhook_url
 from retrain.local.notifications import SlackReceiver
@@ -110,6 +111,32 @@ def test_a_secret_in_another_form_skips_slack_saying_what_it_must_hold(stored: s
     assert '{"webhook_url": "https://hooks.slack.com/services/..."}' in notified.slack.skipped
     assert holds in notified.slack.skipped
     assert "0ff1ine5ecret" not in notified.model_dump_json(), "what the secret holds is never repeated"
+    assert len(sns.published) == 1, "the e-mail still goes out"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param("https://collector.example/services/T0/B0/0ff1ine5ecret", id="another host"),
+        pytest.param("https://hooks.slack.com.collector.example/services/T0/B0/0ff1ine5ecret", id="a lookalike"),
+        pytest.param("https://hooks.slack.com@collector.example/services/T0/B0/0ff1ine5ecret", id="userinfo"),
+        pytest.param("https://hooks.slack.com:8443/services/T0/B0/0ff1ine5ecret", id="another port"),
+        pytest.param("http://collector.example/services/T0/B0/0ff1ine5ecret", id="plain http"),
+    ],
+)
+def test_a_webhook_anywhere_but_slacks_host_is_never_posted_to(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Whoever can change the secret must not get the run's results and report links sent elsewhere.
+    def post(*_: object, **__: object) -> None:
+        raise AssertionError("the message was posted")
+
+    monkeypatch.setattr(slack_delivery, "post", post)
+
+    notified, sns = _notify_with_secret(json.dumps({"webhook_url": url}))
+
+    assert not notified.slack.delivered
+    assert notified.slack.skipped is not None
+    assert "hooks.slack.com" in notified.slack.skipped or "not an https URL" in notified.slack.skipped
+    assert "collector" not in notified.model_dump_json(), "the URL is never repeated"
     assert len(sns.published) == 1, "the e-mail still goes out"
 
 

@@ -127,12 +127,27 @@ def test_slack_refusing_connections_is_reported_not_raised(caplog: pytest.LogCap
         (None, "no Slack webhook is configured"),
         ("hooks.slack.com/services/x", "not an https URL"),
         ("http://hooks.slack.com/services/x", "not an https URL"),
+        ("https://127.0.0.1:8080/services/x", "not on Slack's webhook host hooks.slack.com"),
+        ("https://example.com/services/x", "not on Slack's webhook host hooks.slack.com"),
+        ("https://hooks.slack.com.example.com/services/x", "not on Slack's webhook host hooks.slack.com"),
+        ("https://user:pw@hooks.slack.com/services/x", "not on Slack's webhook host hooks.slack.com"),
+        ("https://hooks.slack.com:8443/services/x", "not on Slack's webhook host hooks.slack.com"),
+        ("https://hooks.slack.com:port/services/x", "not on Slack's webhook host hooks.slack.com"),
     ],
 )
-def test_an_empty_or_placeholder_webhook_is_a_reason_to_skip_slack(url: str | None, says: str) -> None:
+def test_an_empty_placeholder_or_foreign_webhook_is_a_reason_to_skip_slack(url: str | None, says: str) -> None:
     assert says in str(usable_webhook(url))
 
 
-def test_an_https_webhook_and_the_offline_loopback_one_are_usable() -> None:
-    assert usable_webhook("https://hooks.slack.com/services/T0/B0/x") is None
-    assert usable_webhook("http://127.0.0.1:8080/services/T0/B0/x") is None
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.slack.com/services/T0/B0/x",
+        "https://HOOKS.slack.com:443/services/T0/B0/x",
+        "http://127.0.0.1:8080/services/T0/B0/x",
+        "http://localhost:8080/services/T0/B0/x",
+        "http://[::1]:8080/services/T0/B0/x",
+    ],
+)
+def test_slacks_webhook_host_and_the_offline_loopback_one_are_usable(url: str) -> None:
+    assert usable_webhook(url) is None

@@ -33,7 +33,8 @@ def deployed() -> Iterator[OfflineStack]:
 
 @pytest.fixture
 def handler(deployed: OfflineStack, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Handler]:
-    """`handler("IntakeFunction", QUIET_PERIOD_SECONDS="0")`: that function's `lambda_handler`."""
+    """`handler("IntakeFunction", QUIET_PERIOD_SECONDS="0")`: that function's `lambda_handler`,
+    called with an event (and, optionally, the Lambda context to pass)."""
 
     def cold_start(logical_id: str, **overrides: str) -> Handler:
         spec = deployed.runtime.spec(deployed.ref(logical_id))
@@ -52,8 +53,10 @@ def handler(deployed: OfflineStack, monkeypatch: pytest.MonkeyPatch) -> Callable
         sys.modules.pop(module_name, None)
         lambda_handler = getattr(importlib.import_module(module_name), attribute)
 
-        def call(event: dict[str, Any]) -> Any:
-            return lambda_handler(event, LambdaContext(spec, deployed.runtime.arn(spec.name), str(uuid.uuid4())))
+        def call(event: dict[str, Any], context: LambdaContext | None = None) -> Any:
+            """Invoke with `event` and a fresh context (or `context`, such as one whose time runs out)."""
+            context = context or LambdaContext(spec, deployed.runtime.arn(spec.name), str(uuid.uuid4()))
+            return lambda_handler(event, context)
 
         return call
 
