@@ -33,7 +33,13 @@ def _policy() -> list[dict[str, Any]]:
         region="us-east-1",
         account_id="123456789012",
         parameters={},
-        created={"DataBucket": Created(ref=BUCKET), "DataKey": Created(ref="1234abcd", attributes={"Arn": STACK_KEY})},
+        created={
+            "DataBucket": Created(ref=BUCKET),
+            "DataKey": Created(ref="1234abcd", attributes={"Arn": STACK_KEY}),
+            "TrainerReleaseRole": Created(
+                ref="release", attributes={"Arn": "arn:aws:iam::123456789012:role/retrain-release"}
+            ),
+        },
     )
     document = resolver.resolve(template.resources["DataBucketPolicy"]["Properties"]["PolicyDocument"])
     return list(document["Statement"])
