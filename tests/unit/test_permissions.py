@@ -159,6 +159,7 @@ def _job_need(resolver: Resolver, body: dict[str, Any], **context: Any) -> iam.N
         "sagemaker:VolumeKmsKey": names["key"],
         "sagemaker:OutputKmsKey": names["key"],
         "sagemaker:InterContainerTrafficEncryption": "true",
+        "sagemaker:NetworkIsolation": "true",
     }
     merged = {key: value for key, value in {**good, **context}.items() if value is not None}
     return iam.Need("sagemaker:CreateTrainingJob", job, merged)
@@ -176,9 +177,12 @@ def _job_need(resolver: Resolver, body: dict[str, Any], **context: Any) -> iam.N
         ({"sagemaker:OutputKmsKey": "arn:aws:kms:eu-west-1:111122223333:key/other"}, False),
         ({"sagemaker:InterContainerTrafficEncryption": "false"}, False),
         ({"sagemaker:InterContainerTrafficEncryption": None}, False),
+        # A job whose code could reach the network could send the dataset anywhere its subnets reach.
+        ({"sagemaker:NetworkIsolation": "false"}, False),
+        ({"sagemaker:NetworkIsolation": None}, False),
     ],
 )
-def test_training_jobs_are_created_only_in_the_vpc_encrypted(
+def test_training_jobs_are_created_only_in_the_vpc_isolated_and_encrypted(
     body: dict[str, Any], context: dict[str, Any], allowed: bool
 ) -> None:
     resolver = iam.fake_resolver(body)
