@@ -1,10 +1,13 @@
 """A small IAM model for the least-privilege tests: the template's statements per principal,
 what retrain/ops/permissions.py declares, what an AWS call needs, and whether a statement allows it.
 
-Only what this stack's policies use is modelled: Allow statements (and the bucket policy's Deny
-statements to every principal), `*` and `?` wildcards in actions and resources, and the condition
-operators StringEquals / StringLike / ArnEquals / ArnLike / Bool / Null, their negations
-(StringNotEquals, ArnNotLike, ...) and their ForAllValues / ForAnyValue forms.
+Only what this stack's policies use is modelled: Allow statements, `*` and `?` wildcards in
+actions and resources, policy variables (`${aws:PrincipalTag/...}`) in resources and condition
+values, and the condition operators StringEquals / StringLike / ArnEquals / ArnLike / Bool / Null,
+their negations (StringNotEquals / StringNotLike / ArnNotEquals / ArnNotLike) and their
+ForAllValues / ForAnyValue forms. Resource policies (the bucket's, the key's, the secret's, the
+endpoint's) are read with their Effect and Principal: `allowed_by` and `denied_by` say whether
+one of their statements applies to a principal's request.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from functions.training_job.images import DEBUGGER_RULE_ACCOUNTS, PYTORCH_TRAINING_ACCOUNTS
 from retrain.local.cloudformation.template import Created, Resolver, Template, load_template
 from retrain.ops.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS, Grant
 
@@ -147,7 +151,9 @@ FAKE_PARAMETERS = {
     "TrainingSubnetIds": "subnet-0aaa,subnet-0bbb",
     "TrainingSecurityGroupIds": "",
     "PrivateRouteTableIds": "",
+    "S3PrefixListId": "pl-0fake0000",
     "ExistingFileSystemId": "",
+    "AnnotationTeams": "munich,berlin",
 }
 
 
@@ -198,7 +204,13 @@ def fake_resolver(body: Mapping[str, Any], **parameters: str) -> Resolver:
     values.update(parameters)
     lists = frozenset(name for name, spec in specs.items() if str(spec.get("Type", "")).startswith(("List<", "Comma")))
     resolver = Resolver(
-        STACK, REGION, ACCOUNT, values, list_parameters=lists, condition_definitions=body.get("Conditions", {})
+        STACK,
+        REGION,
+        ACCOUNT,
+        values,
+        list_parameters=lists,
+        condition_definitions=body.get("Conditions", {}),
+        mappings=body.get("Mappings", {}),
     )
     for logical_id, resource in body["Resources"].items():
         resolver.created[logical_id] = _fake(logical_id, resource["Type"])
@@ -246,6 +258,9 @@ def placeholders(body: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
     }
     for logical_id, placeholder in FUNCTION_PLACEHOLDERS.items():
         names[placeholder] = att(logical_id, "Arn")
+    names["stack_name"] = stack
+    names["pytorch_registry"] = PYTORCH_TRAINING_ACCOUNTS[region]
+    names["debugger_rules_registry"] = DEBUGGER_RULE_ACCOUNTS.get(region, PYTORCH_TRAINING_ACCOUNTS[region])
     return names
 
 
@@ -328,11 +343,9 @@ def forbidden_grants(body: Mapping[str, Any]) -> list[str]:
             for index, value in enumerate(node):
                 walk(value, f"{where}[{index}]")
 
+    # The key policy too: it names who administers and who uses the key, never kms:* (the
+    # bucket policy's s3:* is a Deny).
     for logical_id, resource in body["Resources"].items():
-        # A key policy's kms:* to the account root grants nothing itself: it hands the key's use
-        # to IAM policies, which are what this checks. (The bucket policy's s3:* is a Deny.)
-        if resource.get("Type") == "AWS::KMS::Key":
-            continue
         walk(resource.get("Properties", {}), logical_id)
     return found
 
@@ -344,7 +357,8 @@ def matches(pattern: str, value: str, *, case: bool = True) -> bool:
     return re.fullmatch(regex, value, 0 if case else re.IGNORECASE) is not None
 
 
-NEGATED = {
+_POLICY_VARIABLE = re.compile(r"\$\{([^}]+)\}")
+_NEGATED = {
     "StringNotEquals": "StringEquals",
     "StringNotLike": "StringLike",
     "ArnNotEquals": "ArnEquals",
@@ -352,19 +366,27 @@ NEGATED = {
 }
 
 
+def substitute(pattern: str, context: Mapping[str, Any]) -> str | None:
+    """`pattern` with its policy variables filled from the request; None when one has no value
+    (IAM then matches nothing with it)."""
+    missing = [name for name in _POLICY_VARIABLE.findall(pattern) if name not in context]
+    if missing:
+        return None
+    return _POLICY_VARIABLE.sub(lambda match: str(context[match.group(1)]), pattern)
+
+
 def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[str, Any]) -> bool:
     quantifier, _, base = operator.rpartition(":")
     if_exists = base.endswith("IfExists")
     base = base.removesuffix("IfExists")
-    wanted = _values(expected)
+    wanted = [value for value in (substitute(w, context) for w in _values(expected)) if value is not None]
     if base == "Null":
         return (key not in context) == (wanted[0].lower() == "true")
-    if base in NEGATED and not quantifier:
-        # Holds when the key is absent (an anonymous caller has no aws:PrincipalArn), and
-        # otherwise when its positive form fails.
-        return key not in context or not _condition_holds(NEGATED[base], key, expected, context)
+    negated = base in _NEGATED
+    base = _NEGATED.get(base, base)
     if key not in context:
-        return quantifier == "ForAllValues" or if_exists
+        # A negated operator holds for a key the request lacks (nothing there equals the values).
+        return negated or quantifier == "ForAllValues" or if_exists
     present = context[key]
     values = [str(v) for v in present] if isinstance(present, list) else [str(present)]
 
@@ -378,16 +400,20 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
         raise AssertionError(f"condition operator {operator} is not modelled")
 
     if quantifier == "ForAllValues":
-        return all(one(v) for v in values)
-    if quantifier == "ForAnyValue":
-        return any(one(v) for v in values)
-    return len(values) == 1 and one(values[0])
+        held = all(one(v) for v in values)
+    elif quantifier == "ForAnyValue":
+        held = any(one(v) for v in values)
+    else:
+        held = len(values) == 1 and one(values[0])
+    return not held if negated else held
 
 
 def allows(statement: Statement, need: Need) -> bool:
+    """Whether the statement's actions, resources and conditions all match (its Effect aside)."""
     if not any(matches(a, need.action, case=False) for a in statement.actions):
         return False
-    if not any(matches(r, need.resource) for r in statement.resources):
+    resources = [substitute(r, need.context) for r in statement.resources]
+    if not any(r is not None and matches(r, need.resource) for r in resources):
         return False
     return all(
         _condition_holds(operator, key, expected, need.context)
@@ -398,3 +424,70 @@ def allows(statement: Statement, need: Need) -> bool:
 
 def allowed(statements: Iterable[Statement], need: Need) -> bool:
     return any(allows(statement, need) for statement in statements)
+
+
+# --------------------------------------------------------- resource policies --
+@dataclass(frozen=True)
+class ResourceStatement:
+    effect: str
+    principal: Any  # "*", or {"AWS": ARN(s)} / {"Service": name(s)}
+    statement: Statement
+
+
+def resource_policy(document: Mapping[str, Any]) -> list[ResourceStatement]:
+    """A resolved resource policy's statements (a bucket's, a key's, a secret's, an endpoint's)."""
+    found = []
+    for raw in document["Statement"]:
+        assert "NotAction" not in raw and "NotResource" not in raw and "NotPrincipal" not in raw, raw
+        found.append(
+            ResourceStatement(
+                effect=raw["Effect"],
+                principal=raw.get("Principal", "*"),
+                statement=Statement(
+                    actions=tuple(_values(raw["Action"])),
+                    resources=tuple(_values(raw["Resource"])),
+                    conditions=raw.get("Condition", {}),
+                ),
+            )
+        )
+    return found
+
+
+def _names_principal(principal: Any, arn: str) -> bool:
+    """Whether a statement's Principal covers `arn` (an IAM ARN, or a service's name). The
+    account root stands for every principal of the account, as far as IAM lets it."""
+    if principal == "*":
+        return True
+    for kind, names in principal.items():
+        for name in _values(names):
+            if name == "*" or name == arn:
+                return True
+            if kind == "AWS" and name.endswith(":root") and arn.startswith(name.removesuffix("root")):
+                return True
+    return False
+
+
+def _with_principal(need: Need, principal: str) -> Need:
+    return Need(need.action, need.resource, {"aws:PrincipalArn": principal, **need.context})
+
+
+def allowed_by(policy: Iterable[ResourceStatement], principal: str, need: Need) -> bool:
+    """An Allow statement of the policy applies to `principal`'s request (and no Deny does)."""
+    request = _with_principal(need, principal)
+    applies = [s for s in policy if _names_principal(s.principal, principal) and allows(s.statement, request)]
+    return any(s.effect == "Allow" for s in applies) and not any(s.effect == "Deny" for s in applies)
+
+
+def denied_by(policy: Iterable[ResourceStatement], principal: str, need: Need) -> bool:
+    """A Deny statement of the policy applies to `principal`'s request."""
+    request = _with_principal(need, principal)
+    return any(
+        s.effect == "Deny" and _names_principal(s.principal, principal) and allows(s.statement, request) for s in policy
+    )
+
+
+def role_arn(logical_id: str, kind: str) -> str:
+    """The ARN CloudFormation gives a role of this stack: SAM's <Function>Role for a function,
+    the role itself otherwise, with CloudFormation's random suffix."""
+    name = f"{logical_id}Role" if kind == "AWS::Serverless::Function" else logical_id
+    return f"arn:aws:iam::{ACCOUNT}:role/{STACK}-{name}-1A2B3C4D5E6F"

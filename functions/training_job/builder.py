@@ -42,6 +42,11 @@ TAG_EXECUTION = "retrain:execution"
 TAG_CODE_SHA256 = "retrain:code-sha256"
 TRAIN_CHANNEL = "train"
 MODEL_CHANNEL = "model"
+# With network isolation the container cannot fetch its code from S3 itself: SageMaker delivers
+# the archive as this channel and the container unpacks it from the channel's folder (the SDK v2
+# does the same, under the same name; it always says sourcedir.tar.gz, we say the archive's name).
+CODE_CHANNEL = "code"
+CHANNELS_IN_CONTAINER = "/opt/ml/input/data"
 
 # Tag values allow letters, digits, spaces and _ . : / = + - @ only.
 _NOT_IN_TAG = re.compile(r"[^\w\s.:/=+\-@]")
@@ -128,8 +133,10 @@ def build_training_job_request(config: JobConfig, run: TrainingRun) -> dict[str,
             "MetricDefinitions": metric_definitions(),
             "EnableSageMakerMetricsTimeSeries": True,
         },
-        "HyperParameters": _hyperparameters(config, run, job_name, code_uri),
-        "InputDataConfig": _channels(config),
+        "HyperParameters": _hyperparameters(
+            config, run, job_name, _code_in_container(code_uri) if config.network_isolation else code_uri
+        ),
+        "InputDataConfig": _channels(config, code_uri),
         "OutputDataConfig": _kms({"S3OutputPath": config.output_s3_uri}, config.output_kms_key_id),
         "ResourceConfig": _kms(
             {
@@ -159,6 +166,8 @@ def build_training_job_request(config: JobConfig, run: TrainingRun) -> dict[str,
     if config.subnets:
         request["VpcConfig"] = {"Subnets": config.subnets, "SecurityGroupIds": config.security_group_ids}
     # Sent only when on, as the SDK does (off is the API's default).
+    if config.network_isolation:
+        request["EnableNetworkIsolation"] = True
     if config.encrypt_inter_container_traffic:
         request["EnableInterContainerTrafficEncryption"] = True
     if config.use_spot:
@@ -246,22 +255,28 @@ def _train_channel(config: JobConfig) -> dict[str, Any]:
     }
 
 
-def _channels(config: JobConfig) -> list[dict[str, Any]]:
+def _channels(config: JobConfig, code_uri: str) -> list[dict[str, Any]]:
     channels: list[dict[str, Any]] = [_train_channel(config)]
     if config.model_s3_uri is not None:
-        channels.append(
-            {
-                "ChannelName": MODEL_CHANNEL,
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": "S3Prefix",
-                        "S3Uri": config.model_s3_uri,
-                        "S3DataDistributionType": "FullyReplicated",
-                    }
-                },
-            }
-        )
+        channels.append(_s3_channel(MODEL_CHANNEL, config.model_s3_uri))
+    if config.network_isolation:
+        # Last, as the SDK appends it.
+        channels.append(_s3_channel(CODE_CHANNEL, code_uri))
     return channels
+
+
+def _code_in_container(code_uri: str) -> str:
+    """Where the `code` channel puts the archive: a prefix channel on one object keeps its name."""
+    return f"{CHANNELS_IN_CONTAINER}/{CODE_CHANNEL}/{code_uri.rsplit('/', 1)[-1]}"
+
+
+def _s3_channel(name: str, uri: str) -> dict[str, Any]:
+    return {
+        "ChannelName": name,
+        "DataSource": {
+            "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri, "S3DataDistributionType": "FullyReplicated"}
+        },
+    }
 
 
 def _stopping_condition(config: JobConfig) -> dict[str, int]:

@@ -150,6 +150,10 @@ class JobConfig(BaseModel):
     dataset_s3_uri: S3Uri | None = None
     subnets: list[str] = Field(default_factory=list, max_length=16)
     security_group_ids: list[str] = Field(default_factory=list, max_length=5)
+    # EnableNetworkIsolation: the training code reaches no network but the job's other instances
+    # and has no AWS credentials; SageMaker itself reads every channel (the code comes as one) and
+    # writes the output. The deployed role may create no other job (sagemaker:NetworkIsolation).
+    network_isolation: bool = True
     # The accepted model (a folder holding model.pt): channel `model`, SM_CHANNEL_MODEL.
     model_s3_uri: S3Uri | None = None
 

@@ -18,7 +18,11 @@ Resources are written with placeholders, filled in from the template by the test
     {model_package_group} {model_packages}  the model package group, and its versions
     {file_system} {fsx_tasks}  the dataset's FSx file system, and data repository tasks
     {training_role} {report_reader_role}  the roles passed or assumed
-    {region} {account} {partition}
+    {pytorch_registry} {debugger_rules_registry}  AWS's registry accounts of the region's images
+    {region} {account} {partition} {stack_name}
+
+`${{aws:PrincipalTag/retrain-team}}` is an IAM policy variable, written doubled so that the
+placeholders leave it as `${aws:PrincipalTag/retrain-team}`: the principal's team.
 
 `conditions` names the condition keys a grant's statement must carry, as `Operator:key` (any value) or
 `Operator:key=value`; the integration test checks their values against the calls themselves.
@@ -54,6 +58,8 @@ MISSING_IS_404 = (
     "S3 answers a read of a missing key 404 (not 403) only to a caller that may list the bucket; "
     "the code tells 'not there' from a failure by it"
 )
+# The principal's team (its retrain-team tag) must be one of the stack's AnnotationTeams.
+TEAM = ("StringEquals:aws:PrincipalTag/retrain-team",)
 LEDGER_RW = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
 
 FUNCTION_PLACEHOLDERS = {
@@ -184,8 +190,8 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("sagemaker:CreateTrainingJob",),
             ("{jobs}",),
-            "starts the run's job: only in the training subnets and security groups, DataKey-encrypted "
-            "volumes and output, and encrypted traffic between its instances",
+            "starts the run's job: only in the training subnets and security groups, network isolated, "
+            "DataKey-encrypted volumes and output, and encrypted traffic between its instances",
             (
                 "ForAllValues:StringEquals:sagemaker:VpcSubnets",
                 "ForAllValues:StringEquals:sagemaker:VpcSecurityGroupIds",
@@ -193,7 +199,8 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
                 "Null:sagemaker:VpcSecurityGroupIds",
                 "StringEquals:sagemaker:VolumeKmsKey",
                 "StringEquals:sagemaker:OutputKmsKey",
-                "Bool:sagemaker:InterContainerTrafficEncryption",
+                "Bool:sagemaker:InterContainerTrafficEncryption=true",
+                "Bool:sagemaker:NetworkIsolation=true",
             ),
         ),
         Grant(("sagemaker:AddTags",), ("{jobs}",), "CreateTrainingJob with Tags (dataset version, execution, code)"),
@@ -392,10 +399,11 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"),
             (
-                "arn:{partition}:ecr:{region}:*:repository/pytorch-training",
-                "arn:{partition}:ecr:{region}:*:repository/sagemaker-debugger-rules",
+                "arn:{partition}:ecr:{region}:{pytorch_registry}:repository/pytorch-training",
+                "arn:{partition}:ecr:{region}:{debugger_rules_registry}:repository/sagemaker-debugger-rules",
             ),
-            "pulls the PyTorch training image (and Debugger's rule evaluator) from AWS's registry account",
+            "pulls the PyTorch training image (and Debugger's rule evaluator) from AWS's registry accounts "
+            "only (functions/training_job/images.py), never a look-alike repository of another account",
         ),
         Grant(
             ("logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"),
@@ -450,24 +458,86 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         S3_READ_KEY,
     ),
     "AnnotationUploaderPolicy": (
-        Grant(("s3:PutObject",), ("{bucket}/incoming/*",), "annotation teams upload their drops under incoming/"),
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/incoming/${{aws:PrincipalTag/retrain-team}}-*",),
+            "a team uploads its drops as batches named <team>-<anything>, never into another team's",
+            TEAM,
+        ),
         Grant(
             ("s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"),
-            ("{bucket}/incoming/*",),
-            "large files go up in parts; a failed multipart upload is aborted",
+            ("{bucket}/incoming/${{aws:PrincipalTag/retrain-team}}-*",),
+            "large files go up in parts; a failed multipart upload is aborted (its own batches only)",
+            TEAM,
         ),
-        Grant(("s3:GetObject",), ("{bucket}/reports/*",), "what became of their drop: the batch reports"),
+        Grant(
+            ("s3:GetObject",),
+            ("{bucket}/reports/${{aws:PrincipalTag/retrain-team}}-*",),
+            "what became of its drops: its batches' reports",
+            TEAM,
+        ),
         Grant(
             ("s3:ListBucket",),
             ("{bucket}",),
-            "lists what they uploaded and their reports (incoming/ and reports/ only)",
-            ("StringLike:s3:prefix",),
+            "lists what it uploaded and its reports (its own batches' prefixes only)",
+            (*TEAM, "StringLike:s3:prefix"),
         ),
         Grant(
             ("kms:GenerateDataKey", "kms:Decrypt"),
             ("{key}",),
             "uploads under SSE-KMS (a multipart upload decrypts to complete), reads reports (via S3 only)",
             VIA_S3,
+        ),
+    ),
+    "ErasureRole": (
+        Grant(
+            ("s3:ListBucketVersions",),
+            ("{bucket}",),
+            "finds every version and delete marker of the pairs to erase (incoming/, dataset/, quarantine/, "
+            "reports/ only)",
+            ("StringLike:s3:prefix",),
+        ),
+        Grant(
+            ("s3:GetObject", "s3:GetObjectVersion"),
+            ("{bucket}/incoming/*", "{bucket}/dataset/*", "{bucket}/quarantine/*"),
+            "the sha256 of every version of a named image (its copies elsewhere go too); the manifests to rewrite",
+        ),
+        Grant(
+            ("s3:DeleteObjectVersion",),
+            ("{bucket}/incoming/*", "{bucket}/dataset/*", "{bucket}/quarantine/*", "{bucket}/reports/*"),
+            "erases every version of the pairs, and the older versions of rewritten manifests and reports "
+            "(the only principal the bucket policy lets delete versions under dataset/)",
+        ),
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/dataset/manifests/*", "{bucket}/reports/*"),
+            "manifests without the erased lines, their .purged.json records, the rewritten batch reports",
+        ),
+        Grant(
+            ("s3:ListBucket", "s3:GetLifecycleConfiguration"),
+            ("{bucket}",),
+            MISSING_IS_404 + " (HeadBucket before it starts); the audit that checks a purge reads the lifecycle rules",
+        ),
+        Grant(("kms:Decrypt", "kms:GenerateDataKey"), ("{key}",), "reads and writes SSE-KMS objects", VIA_S3),
+        Grant(
+            (
+                "dynamodb:DescribeTable",
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:DeleteItem",
+                "dynamodb:Query",
+                "dynamodb:Scan",
+            ),
+            ("{ledger}",),
+            "the ledger's items of the erased pairs and files, every content claim naming the image (a scan), "
+            "and the trigger's lock, held while it erases",
+        ),
+        Grant(("dynamodb:Query",), ("{ledger}/index/state",), "the batches and pairs to look through"),
+        Grant(("states:DescribeExecution",), ("{executions}",), "is the run holding the lock still running?"),
+        Grant(
+            ("cloudformation:DescribeStacks",),
+            ("arn:{partition}:cloudformation:{region}:{account}:stack/{stack_name}/*",),
+            "`--stack` finds the bucket, the ledger and the state machine in the stack's outputs",
         ),
     ),
 }

@@ -2,8 +2,9 @@
 
 Every client `functions.common.clients` hands a function gets botocore hooks that record the
 operation, its parameters and its answer; the offline Lambda runtime says which function is
-running (one at a time in-process). `needs` maps a call to the actions and resource ARNs AWS
-authorises it against, with the request's condition keys: what the function's role must allow.
+running (one at a time in-process); `operator_calls` records an operator's command the same way.
+`needs` maps a call to the actions and resource ARNs AWS authorises it against, with the
+request's condition keys: what the function's (or the operator's) role must allow.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from functools import cache
 from typing import Any
 from urllib.parse import unquote
 
+import botocore.client
+import botocore.exceptions
 import pytest
 
 from functions.common import clients
@@ -85,6 +88,39 @@ class CallRecorder:
             )
 
 
+@contextmanager
+def operator_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Call]]:
+    """Every AWS call this thread makes meanwhile (an operator's command run in-process), from
+    whatever client it makes; the offline stack's own threads are left out."""
+    calls: list[Call] = []
+    thread = threading.current_thread()
+    original = botocore.client.BaseClient._make_api_call
+
+    def recording(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        status, parsed = 200, {}
+        try:
+            answer: Any = original(client, operation, params)
+        except botocore.exceptions.ClientError as error:
+            status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 400))
+            parsed = dict(error.response)
+            raise
+        else:
+            parsed = dict(answer)
+            return answer
+        finally:
+            if threading.current_thread() is thread:
+                recorded = {key: value for key, value in params.items() if key != "Body"}
+                calls.append(
+                    Call("(operator)", client.meta.service_model.service_name, operation, recorded, parsed, status)
+                )
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
+    try:
+        yield calls
+    finally:
+        monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", original)
+
+
 class UnmodelledCallError(AssertionError):
     """A call `needs` does not know: add it (and to the template and declaration) before using it."""
 
@@ -134,6 +170,10 @@ def needs(call: Call, *, region: str, account: str, key_arn: str) -> list[Need]:
             found.append(Need("s3:ListBucket", bucket, {"s3:prefix": params.get("Prefix", "")}))
         elif operation == "ListObjectVersions":
             found.append(Need("s3:ListBucketVersions", bucket, {"s3:prefix": params.get("Prefix", "")}))
+        elif operation == "HeadBucket":
+            found.append(Need("s3:ListBucket", bucket))
+        elif operation == "GetBucketLifecycleConfiguration":
+            found.append(Need("s3:GetLifecycleConfiguration", bucket))
         else:
             raise UnmodelledCallError(f"s3.{operation}")
         return found
@@ -142,7 +182,7 @@ def needs(call: Call, *, region: str, account: str, key_arn: str) -> list[Need]:
         def table(name: str) -> str:
             return name if name.startswith("arn:") else arn.format("dynamodb") + f"table/{name}"
 
-        if operation in {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan"}:
+        if operation in {"GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "DescribeTable"}:
             resource = table(params["TableName"])
             if params.get("IndexName"):
                 resource += f"/index/{params['IndexName']}"
@@ -200,6 +240,7 @@ def needs(call: Call, *, region: str, account: str, key_arn: str) -> list[Need]:
                 "sagemaker:InterContainerTrafficEncryption": str(
                     bool(params.get("EnableInterContainerTrafficEncryption"))
                 ).lower(),
+                "sagemaker:NetworkIsolation": str(bool(params.get("EnableNetworkIsolation"))).lower(),
             }
             if vpc:
                 context["sagemaker:VpcSubnets"] = list(vpc["Subnets"])

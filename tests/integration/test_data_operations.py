@@ -27,8 +27,11 @@ from functions.common import clients
 from functions.common.contracts import parse_manifest
 from functions.data.ledger import Ledger
 from retrain.cli import app
-from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from retrain.local.cloudformation.stack import ACCOUNT_ID, LIST_TYPES, OfflineStack, StackOptions
+from retrain.local.cloudformation.template import Resolver, load_template
 from retrain.ops.purge import LockHeldError, PurgeLease, purge
+from tests import iam
+from tests.integration.aws_calls import Call, needs, operator_calls
 from tests.integration.conftest import DATA
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,
@@ -95,8 +98,39 @@ def manifest_images(stack: OfflineStack, version: str) -> list[str]:
     return [entry.image for entry in parse_manifest(text)]
 
 
+def erasure_role_refusals(stack: OfflineStack, calls: list[Call]) -> list[str]:
+    """The calls of a purge that ErasureRole's statements, or the bucket policy, would refuse on
+    AWS (offline nothing is refused: moto enforces neither)."""
+    body = load_template(stack.options.template).body
+    resolver = Resolver(
+        stack.options.stack_name,
+        stack.options.region,
+        ACCOUNT_ID,
+        stack.created.parameters,
+        dict(stack.created.resources),
+        list_parameters=frozenset(
+            name for name, spec in body["Parameters"].items() if str(spec["Type"]).startswith(LIST_TYPES)
+        ),
+        condition_definitions=body["Conditions"],
+        mappings=body["Mappings"],
+    )
+    statements = iam.statements_of(body, "ErasureRole", resolver)
+    bucket_policy = iam.resource_policy(
+        resolver.resolve(body["Resources"]["DataBucketPolicy"]["Properties"])["PolicyDocument"]
+    )
+    role = f"arn:aws:iam::{ACCOUNT_ID}:role/{stack.options.stack_name}-ErasureRole-1A2B3C4D5E6F"
+    key = stack.resource("DataKey").attributes["Arn"]
+    refused = {
+        f"{call.service}.{call.operation} needs {need}"
+        for call in calls
+        for need in needs(call, region=stack.options.region, account=ACCOUNT_ID, key_arn=key)
+        if not iam.allowed(statements, need) or iam.denied_by(bucket_policy, role, need)
+    }
+    return sorted(refused)
+
+
 def test_an_erased_pair_is_gone_from_every_zone_version_manifest_and_the_ledger(
-    data_stack: OfflineStack,
+    data_stack: OfflineStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The annotators first uploaded the wrong picture as scene-0, then the right one.
     upload(data_stack, "incoming/munich/images/scene-0.jpg", scene(100).image)
@@ -109,9 +143,11 @@ def test_an_erased_pair_is_gone_from_every_zone_version_manifest_and_the_ledger(
     assert versions(data_stack, image) == set(), "the landing zone keeps no version it judged"
     assert all("images/munich/scene-0.jpg" in manifest_images(data_stack, v) for v in both)
 
-    result = cli(data_stack, "purge", image, "--json")
+    with operator_calls(monkeypatch) as calls:
+        result = cli(data_stack, "purge", image, "--json")
 
     assert result.exit_code == 0, result.output
+    assert erasure_role_refusals(data_stack, calls) == [], "calls ErasureRole would be refused on AWS"
     report = json.loads(result.stdout)
     assert report["unmatched"] == [] and report["remaining"] == [], report
     left = sorted(key for key, _ in versions(data_stack) if "/scene-0." in key)

@@ -4,6 +4,7 @@ a platform engineer makes with parameters (an existing file system, existing sec
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,6 +52,46 @@ def test_the_training_security_group_admits_lustre_and_its_own_members_only(depl
     assert _environment(deployed, "TrainingJobFunction")["TRAINING_JOB_SECURITY_GROUP_IDS"] == f'["{group_id}"]'
 
 
+def test_the_training_security_group_sends_only_https_to_s3_and_traffic_to_its_own_members(
+    deployed: OfflineStack,
+) -> None:
+    group_id = deployed.ref("TrainingSecurityGroup")
+    (group,) = deployed.aws.ec2.describe_security_groups(GroupIds=[group_id])["SecurityGroups"]
+    (s3_prefix_list,) = deployed.aws.ec2.describe_managed_prefix_lists(
+        Filters=[{"Name": "prefix-list-name", "Values": ["com.amazonaws.us-east-1.s3"]}]
+    )["PrefixLists"]
+
+    egress = group["IpPermissionsEgress"]
+    assert [rule for rule in egress if rule.get("IpRanges") or rule.get("Ipv6Ranges")] == [], (
+        "egress to an address range (the default allow-all rule, or 0.0.0.0/0)"
+    )
+    rules = {
+        (rule["IpProtocol"], rule.get("FromPort"), rule.get("ToPort")): (
+            {item["PrefixListId"] for item in rule.get("PrefixListIds", [])},
+            {pair["GroupId"] for pair in rule.get("UserIdGroupPairs", [])},
+        )
+        for rule in egress
+    }
+    assert rules == {
+        ("tcp", 443, 443): ({s3_prefix_list["PrefixListId"]}, set()),
+        ("-1", None, None): (set(), {group_id}),
+    }
+
+
+def test_a_stack_that_creates_its_security_group_without_s3s_prefix_list_is_refused() -> None:
+    with pytest.raises(TemplateError, match="S3PrefixListId"):
+        OfflineStack(StackOptions(parameters={"S3PrefixListId": ""}, **QUIET)).start()  # type: ignore[arg-type]
+
+
+def test_only_notify_function_may_read_the_slack_webhook_says_the_secrets_policy(deployed: OfflineStack) -> None:
+    secret = deployed.ref("SlackWebhookSecret")
+    policy = json.loads(deployed.aws.secretsmanager.get_resource_policy(SecretId=secret)["ResourcePolicy"])
+
+    (statement,) = policy["Statement"]
+    assert (statement["Effect"], statement["Action"]) == ("Deny", "secretsmanager:GetSecretValue")
+    assert statement["Condition"]["ArnNotLike"]["aws:PrincipalArn"].endswith(":role/retrain-local-NotifyFunctionRole-*")
+
+
 def test_private_subnets_reach_s3_through_a_gateway_endpoint(deployed: OfflineStack) -> None:
     route_tables = deployed.aws.ec2.describe_route_tables()["RouteTables"]
     private = [
@@ -63,6 +104,14 @@ def test_private_subnets_reach_s3_through_a_gateway_endpoint(deployed: OfflineSt
     assert endpoint["VpcEndpointType"] == "Gateway"
     assert endpoint["ServiceName"] == "com.amazonaws.us-east-1.s3"
     assert set(endpoint["RouteTableIds"]) == set(private)
+    # Its policy names this stack's bucket (and ECR's layer bucket, read only): nothing else.
+    policy = json.loads(endpoint["PolicyDocument"])
+    buckets = {
+        resource.removeprefix("arn:aws:s3:::").split("/", 1)[0]
+        for statement in policy["Statement"]
+        for resource in ([statement["Resource"]] if isinstance(statement["Resource"], str) else statement["Resource"])
+    }
+    assert buckets == {deployed.ref("DataBucket"), "prod-us-east-1-starport-layer-bucket"}
 
 
 def test_one_customer_managed_key_encrypts_the_bucket_the_topic_and_training(deployed: OfflineStack) -> None:

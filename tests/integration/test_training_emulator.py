@@ -81,6 +81,8 @@ report = {
     "argv": sys.argv[1:],
     "cwd": os.getcwd(),
     "env": {k: v for k, v in os.environ.items() if k.startswith("SM_") or k == "OMP_NUM_THREADS"},
+    "aws": sorted(k for k in os.environ
+                  if k.startswith(("AWS_ACCESS", "AWS_SECRET", "AWS_SESSION", "AWS_ENDPOINT", "AWS_PROFILE"))),
     "model_channel": sorted(str(p.relative_to(model)) for p in model.rglob("*") if p.is_file())
     if model else [],
     "restored": sorted(p.name for p in pathlib.Path(args.checkpoint_dir).iterdir()),
@@ -482,7 +484,10 @@ def test_the_script_gets_the_sagemaker_container_contract_and_its_failure_file_i
     env = seen["env"]
     assert env["SM_CHANNEL_TRAIN"] == str(aws.scenes)
     assert env["SM_CHANNEL_MODEL"] == str(host / "input" / "data" / "model")
-    assert json.loads(env["SM_CHANNELS"]) == ["model", "train"]
+    # Isolated (the default), the code arrives as a channel and no credentials reach the script.
+    assert json.loads(env["SM_CHANNELS"]) == ["code", "model", "train"]
+    assert seen["aws"] == [], "an isolated container has no AWS credentials or endpoint"
+    assert done["EnableNetworkIsolation"] is True
     assert env["SM_MODEL_DIR"] == str(host / "model")
     assert env["SM_OUTPUT_DATA_DIR"] == str(host / "output" / "data")
     assert env["SM_CURRENT_HOST"] == "algo-1" and json.loads(env["SM_HOSTS"]) == ["algo-1"]
@@ -567,6 +572,23 @@ def test_a_missing_code_archive_fails_the_job_naming_its_uri(
     assert done["FailureReason"].startswith("ClientError: ")
     assert MISSING_CODE_URI in done["FailureReason"]
     assert _statuses(done) == ["Starting", "Downloading", "Failed"]
+    assert aws.emulator.pids(name) == []
+
+
+def test_an_isolated_job_that_must_download_its_own_code_fails_as_on_aws(
+    offline: Callable[..., Offline],
+) -> None:
+    aws = offline()
+    request = _request(FAKE_CODE_URI)
+    # As a request built without the `code` channel would be: the container fetches the code.
+    request["HyperParameters"]["sagemaker_submit_directory"] = json.dumps(FAKE_CODE_URI)
+    request["InputDataConfig"] = [c for c in request["InputDataConfig"] if c["ChannelName"] != "code"]
+    name = aws.create(request)
+    done = aws.emulator.wait(name, timeout=30)
+
+    assert done["TrainingJobStatus"] == "Failed"
+    assert done["FailureReason"].startswith("AlgorithmError: "), done["FailureReason"]
+    assert "EnableNetworkIsolation" in done["FailureReason"] and FAKE_CODE_URI in done["FailureReason"]
     assert aws.emulator.pids(name) == []
 
 

@@ -159,6 +159,7 @@ def _job_need(resolver: Resolver, body: dict[str, Any], **context: Any) -> iam.N
         "sagemaker:VolumeKmsKey": names["key"],
         "sagemaker:OutputKmsKey": names["key"],
         "sagemaker:InterContainerTrafficEncryption": "true",
+        "sagemaker:NetworkIsolation": "true",
     }
     merged = {key: value for key, value in {**good, **context}.items() if value is not None}
     return iam.Need("sagemaker:CreateTrainingJob", job, merged)
@@ -176,9 +177,12 @@ def _job_need(resolver: Resolver, body: dict[str, Any], **context: Any) -> iam.N
         ({"sagemaker:OutputKmsKey": "arn:aws:kms:eu-west-1:111122223333:key/other"}, False),
         ({"sagemaker:InterContainerTrafficEncryption": "false"}, False),
         ({"sagemaker:InterContainerTrafficEncryption": None}, False),
+        # A job whose code could reach the network could send the dataset anywhere its subnets reach.
+        ({"sagemaker:NetworkIsolation": "false"}, False),
+        ({"sagemaker:NetworkIsolation": None}, False),
     ],
 )
-def test_training_jobs_are_created_only_in_the_vpc_encrypted(
+def test_training_jobs_are_created_only_in_the_vpc_isolated_and_encrypted(
     body: dict[str, Any], context: dict[str, Any], allowed: bool
 ) -> None:
     resolver = iam.fake_resolver(body)
@@ -298,8 +302,9 @@ def test_only_the_release_role_may_write_or_delete_the_trainer_whatever_s3_right
     for who, principal in others.items():
         assert iam.allowed(denials, _code_write(resolver, action, principal, key)), f"{who} is not denied {action}"
     assert not iam.allowed(denials, _code_write(resolver, action, release_role, key)), "the release path is denied"
-    # Nothing else: the training role still reads the code, and writes its output elsewhere.
-    training_role = others["the training role (runs the code)"]
+    # Nothing else: the training role still reads the code, and writes its output elsewhere (as
+    # the role CloudFormation names, which the data-protection statements recognise).
+    training_role = iam.role_arn("TrainingRole", "AWS::IAM::Role")
     assert not iam.allowed(denials, _code_write(resolver, "s3:GetObject", training_role, key))
     assert not iam.allowed(denials, _code_write(resolver, action, training_role, "training/job/output/model.tar.gz"))
 

@@ -223,3 +223,21 @@ def test_resources_that_reference_each_other_in_a_cycle_are_refused(tmp_path: Pa
 
     with pytest.raises(TemplateError, match="cycle"):
         load_template(path).creation_order()
+
+
+def test_maps_and_escaped_policy_variables_resolve_like_cloudformation() -> None:
+    resolver = Resolver(
+        "stack",
+        "eu-west-1",
+        "111122223333",
+        {},
+        mappings={"Registries": {"eu-west-1": {"PyTorch": "763104351884"}}},
+    )
+
+    assert resolver.resolve({"Fn::FindInMap": ["Registries", {"Ref": "AWS::Region"}, "PyTorch"]}) == "763104351884"
+    # `${!Name}` is a literal `${Name}`: an IAM policy variable, not a reference.
+    assert resolver.resolve({"Fn::Sub": "incoming/${!aws:PrincipalTag/team}-* in ${AWS::Region}"}) == (
+        "incoming/${aws:PrincipalTag/team}-* in eu-west-1"
+    )
+    with pytest.raises(TemplateError, match=r"no us-east-2\.PyTorch"):
+        resolver.resolve({"Fn::FindInMap": ["Registries", "us-east-2", "PyTorch"]})

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from retrain.local.cloudformation.template import Created, Resolver, load_template
+from retrain.local.cloudformation.template import Created
+from tests import iam
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "retrain-data-123456789012-us-east-1"
@@ -27,21 +28,11 @@ SSE_C = "s3:x-amz-server-side-encryption-customer-algorithm"
 
 
 def _policy() -> list[dict[str, Any]]:
-    template = load_template(ROOT / "template.yaml")
-    resolver = Resolver(
-        stack_name="retrain",
-        region="us-east-1",
-        account_id="123456789012",
-        parameters={},
-        created={
-            "DataBucket": Created(ref=BUCKET),
-            "DataKey": Created(ref="1234abcd", attributes={"Arn": STACK_KEY}),
-            "TrainerReleaseRole": Created(
-                ref="release", attributes={"Arn": "arn:aws:iam::123456789012:role/retrain-release"}
-            ),
-        },
-    )
-    document = resolver.resolve(template.resources["DataBucketPolicy"]["Properties"]["PolicyDocument"])
+    body = iam.template().body
+    resolver = iam.fake_resolver(body)
+    resolver.created["DataBucket"] = Created(ref=BUCKET)
+    resolver.created["DataKey"] = Created(ref="1234abcd", attributes={"Arn": STACK_KEY})
+    document = resolver.resolve(body["Resources"]["DataBucketPolicy"]["Properties"]["PolicyDocument"])
     return list(document["Statement"])
 
 

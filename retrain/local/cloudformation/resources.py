@@ -48,6 +48,8 @@ class CreatedStack:
     schedules: list[Schedule] = field(default_factory=list)
     rules: list[EventRule] = field(default_factory=list)
     outputs: dict[str, str] = field(default_factory=dict)
+    # The parameter values it was made with (what a resource's policy resolves against).
+    parameters: dict[str, str] = field(default_factory=dict)
 
 
 class ResourceBuilder:
@@ -65,6 +67,7 @@ class ResourceBuilder:
             "AWS::SNS::Topic": self._topic,
             "AWS::SNS::Subscription": self._subscription,
             "AWS::SecretsManager::Secret": self._secret,
+            "AWS::SecretsManager::ResourcePolicy": self._secret_resource_policy,
             "AWS::Logs::LogGroup": self._log_group,
             "AWS::Serverless::Function": self._function,
             "AWS::Serverless::StateMachine": self._state_machine,
@@ -77,12 +80,14 @@ class ResourceBuilder:
             "AWS::KMS::Alias": self._kms_alias,
             "AWS::EC2::SecurityGroup": self._security_group,
             "AWS::EC2::SecurityGroupIngress": self._security_group_ingress,
+            "AWS::EC2::SecurityGroupEgress": self._security_group_egress,
             "AWS::EC2::VPCEndpoint": self._vpc_endpoint,
             "AWS::CloudWatch::Alarm": self._alarm,
         }
 
     def build(self) -> CreatedStack:
         self._resolver.check_rules(self._template.rules)
+        self._stack.parameters = dict(self._resolver.parameters)
         for logical_id in self._template.creation_order():
             resource = self._template.resources[logical_id]
             resource_type = resource.get("Type", "")
@@ -268,12 +273,20 @@ class ResourceBuilder:
         self._aws.ec2.authorize_security_group_ingress(GroupId=props["GroupId"], IpPermissions=[_ip_permission(props)])
         return Created(ref=f"{props['GroupId']}-{logical_id}")
 
+    def _security_group_egress(self, logical_id: str, props: dict[str, Any]) -> Created:
+        self._aws.ec2.authorize_security_group_egress(GroupId=props["GroupId"], IpPermissions=[_ip_permission(props)])
+        return Created(ref=f"{props['GroupId']}-{logical_id}")
+
     def _vpc_endpoint(self, logical_id: str, props: dict[str, Any]) -> Created:
+        request: dict[str, Any] = {}
+        if "PolicyDocument" in props:
+            request["PolicyDocument"] = json.dumps(props["PolicyDocument"])
         endpoint = self._aws.ec2.create_vpc_endpoint(
             VpcId=props["VpcId"],
             ServiceName=props["ServiceName"],
             VpcEndpointType=props.get("VpcEndpointType", "Gateway"),
             RouteTableIds=list(props.get("RouteTableIds", [])),
+            **request,
         )["VpcEndpoint"]
         return Created(ref=endpoint["VpcEndpointId"], attributes={"Id": endpoint["VpcEndpointId"]})
 
@@ -353,6 +366,16 @@ class ResourceBuilder:
             Name=name, SecretString=value or "", Description=props.get("Description", "")
         )["ARN"]
         return Created(ref=arn, attributes={"Id": arn})
+
+    def _secret_resource_policy(self, logical_id: str, props: dict[str, Any]) -> Created:
+        # moto stores a secret's policy without enforcing it (nor its conditions): put as written,
+        # so `retrain local up` shows the same policy; the functions' reads are unaffected offline.
+        self._aws.secretsmanager.put_resource_policy(
+            SecretId=props["SecretId"],
+            ResourcePolicy=json.dumps(props["ResourcePolicy"]),
+            BlockPublicPolicy=str(props.get("BlockPublicPolicy", False)).lower() == "true",
+        )
+        return Created(ref=props["SecretId"], attributes={"Id": props["SecretId"]})
 
     # ---------------------------------------------------------------- Logs --
     def _log_group(self, logical_id: str, props: dict[str, Any]) -> Created:
@@ -549,9 +572,24 @@ def _ip_permission(rule: dict[str, Any]) -> dict[str, Any]:
     description = {"Description": rule["Description"]} if "Description" in rule else {}
     if "CidrIp" in rule:
         permission["IpRanges"] = [{"CidrIp": rule["CidrIp"], **description}]
-    if "SourceSecurityGroupId" in rule:
-        permission["UserIdGroupPairs"] = [{"GroupId": rule["SourceSecurityGroupId"], **description}]
+    group = rule.get("SourceSecurityGroupId") or rule.get("DestinationSecurityGroupId")
+    if group:
+        permission["UserIdGroupPairs"] = [{"GroupId": group, **description}]
+    if "DestinationPrefixListId" in rule:
+        permission["PrefixListIds"] = [{"PrefixListId": rule["DestinationPrefixListId"], **description}]
+    unknown = sorted(set(rule) - _IP_PERMISSION_FIELDS)
+    if unknown:
+        raise TemplateError(f"a security group rule's {', '.join(unknown)} is not known to the offline stack")
     return permission
+
+
+# What `_ip_permission` turns into an EC2 IpPermission (GroupId names the rule's own group).
+_IP_PERMISSION_FIELDS = frozenset(
+    {
+        "IpProtocol", "FromPort", "ToPort", "Description", "CidrIp", "SourceSecurityGroupId",
+        "DestinationSecurityGroupId", "DestinationPrefixListId", "GroupId",
+    }
+)  # fmt: skip
 
 
 def _state_machine_logging(logging_config: dict[str, Any]) -> dict[str, Any]:

@@ -57,9 +57,10 @@ TERMINAL = {"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
 # Offline there are no credentials to protect; botocore still wants some to sign with.
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 # Template parameters that have no default because a deployment names an existing network: the
-# offline stack makes one in moto (a VPC, two private subnets and their route table), so the
-# template's security group and S3 endpoint are created against it as on AWS.
-NETWORK_PARAMETERS = ("TrainingVpcId", "TrainingSubnetIds", "PrivateRouteTableIds")
+# offline stack makes one in moto (a VPC, two private subnets and their route table) and looks up
+# the region's S3 prefix list there, so the template's security group and S3 endpoint are
+# created against them as on AWS.
+NETWORK_PARAMETERS = ("TrainingVpcId", "TrainingSubnetIds", "PrivateRouteTableIds", "S3PrefixListId")
 LIST_TYPES = ("List<", "CommaDelimitedList")
 # What `retrain local up` and the demo train with, over the template's defaults (a GPU instance,
 # the full-width model, 1024x512 crops, 100 epochs): a job here is torchrun on this machine's
@@ -212,6 +213,7 @@ class OfflineStack:
                 parameters,
                 list_parameters=lists,
                 condition_definitions=template.conditions,
+                mappings=template.mappings,
             )
             created = ResourceBuilder(template, resolver, aws).build()
             if options.upload_trainer:
@@ -528,19 +530,28 @@ def _stop_execution(sfn: Any, arn: str) -> None:
 def _offline_network(
     aws: StackClients, declared: dict[str, dict[str, Any]], overrides: dict[str, str]
 ) -> dict[str, str]:
-    """A VPC with two private subnets and their route table, for the network parameters not given."""
+    """A VPC with two private subnets and their route table, and S3's prefix list, for the network
+    parameters not given."""
     wanted = [name for name in NETWORK_PARAMETERS if name in declared and name not in overrides]
-    if not wanted:
-        return {}
     ec2 = aws.ec2
-    vpc_id = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
-    subnets = [
-        ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"10.42.{index}.0/24")["Subnet"]["SubnetId"] for index in (1, 2)
-    ]
-    route_table = ec2.create_route_table(VpcId=vpc_id)["RouteTable"]["RouteTableId"]
-    for subnet in subnets:
-        ec2.associate_route_table(RouteTableId=route_table, SubnetId=subnet)
-    network = {"TrainingVpcId": vpc_id, "TrainingSubnetIds": ",".join(subnets), "PrivateRouteTableIds": route_table}
+    network: dict[str, str] = {}
+    if set(wanted) - {"S3PrefixListId"}:
+        vpc_id = ec2.create_vpc(CidrBlock="10.42.0.0/16")["Vpc"]["VpcId"]
+        subnets = [
+            ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"10.42.{index}.0/24")["Subnet"]["SubnetId"] for index in (1, 2)
+        ]
+        route_table = ec2.create_route_table(VpcId=vpc_id)["RouteTable"]["RouteTableId"]
+        for subnet in subnets:
+            ec2.associate_route_table(RouteTableId=route_table, SubnetId=subnet)
+        network.update(
+            {"TrainingVpcId": vpc_id, "TrainingSubnetIds": ",".join(subnets), "PrivateRouteTableIds": route_table}
+        )
+    if "S3PrefixListId" in wanted:
+        # AWS manages one prefix list of S3's addresses per region; moto has it too.
+        (s3_prefix_list,) = ec2.describe_managed_prefix_lists(
+            Filters=[{"Name": "prefix-list-name", "Values": [f"com.amazonaws.{ec2.meta.region_name}.s3"]}]
+        )["PrefixLists"]
+        network["S3PrefixListId"] = s3_prefix_list["PrefixListId"]
     return {name: network[name] for name in wanted}
 
 

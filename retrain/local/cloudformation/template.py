@@ -2,10 +2,11 @@
 
 The offline stack creates what the template declares, from the template itself, so the two
 cannot drift. This is a small CloudFormation: short-form tags are read into their long form,
-resources are ordered by their references, and Ref / Fn::GetAtt / Fn::Sub / Fn::Join / Fn::Select / Fn::Split
-resolve against what has been created so far. Conditions (Fn::Equals / Not / And / Or), Fn::If,
-AWS::NoValue and the Rules section's assertions are evaluated as CloudFormation does, so a
-resource whose condition is false is not created. Anything else fails loudly, naming the function.
+resources are ordered by their references, and Ref / Fn::GetAtt / Fn::Sub / Fn::Join / Fn::Select /
+Fn::Split / Fn::FindInMap resolve against what has been created so far (and the Mappings section).
+Conditions (Fn::Equals / Not / And / Or), Fn::If, AWS::NoValue and the Rules section's assertions
+are evaluated as CloudFormation does, so a resource whose condition is false is not created.
+Anything else fails loudly, naming the function.
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ class Template:
     def conditions(self) -> dict[str, Any]:
         conditions: dict[str, Any] = self.body.get("Conditions", {})
         return conditions
+
+    @property
+    def mappings(self) -> dict[str, dict[str, dict[str, Any]]]:
+        mappings: dict[str, dict[str, dict[str, Any]]] = self.body.get("Mappings", {})
+        return mappings
 
     @property
     def rules(self) -> dict[str, dict[str, Any]]:
@@ -166,6 +172,8 @@ class Resolver:
     list_parameters: frozenset[str] = frozenset()
     # The template's Conditions section, evaluated on first use (see `condition`).
     condition_definitions: Mapping[str, Any] = field(default_factory=dict)
+    # The template's Mappings section, for Fn::FindInMap.
+    mappings: Mapping[str, Mapping[str, Mapping[str, Any]]] = field(default_factory=dict)
     _condition_values: dict[str, bool] = field(default_factory=dict, init=False)
 
     def pseudo(self, name: str) -> str:
@@ -246,6 +254,7 @@ class Resolver:
             "Fn::Join": self._join,
             "Fn::Select": self._select,
             "Fn::Split": self._split,
+            "Fn::FindInMap": self._find_in_map,
             "Fn::If": self._if,
             "Fn::Equals": self._equals,
             "Fn::Not": lambda value: not self._boolean(value[0]),
@@ -280,6 +289,14 @@ class Resolver:
         index, items = value
         return self.resolve(items)[int(self.resolve(index))]
 
+    def _find_in_map(self, value: Any) -> Any:
+        name, top, second = (str(self.resolve(item)) for item in value)
+        try:
+            return self.mappings[name][top][second]
+        except KeyError:
+            # As CloudFormation refuses the stack: a region (or key) the map does not list.
+            raise TemplateError(f"Fn::FindInMap: the mapping {name} has no {top}.{second}") from None
+
     def _split(self, value: Any) -> list[str]:
         separator, text = value
         return str(self.resolve(text)).split(str(separator))
@@ -299,4 +316,5 @@ class Resolver:
                 return self.get_att(logical_id, attribute)
             return str(self.ref(name))
 
-        return _SUB_VARIABLE.sub(substitute, str(text))
+        # `${!Name}` is CloudFormation's escape for a literal `${Name}` (an IAM policy variable).
+        return _SUB_VARIABLE.sub(substitute, str(text)).replace("${!", "${")

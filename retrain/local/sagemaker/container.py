@@ -23,6 +23,30 @@ from functions.training_job.images import processor_for
 from functions.training_job.refusals import gpus_per_instance
 from retrain.local.sagemaker.state import MAX_REASON
 
+# Where a SageMaker container finds its input channels, one folder each.
+CHANNELS_IN_CONTAINER = "/opt/ml/input/data/"
+# What an isolated container does not get (EnableNetworkIsolation: "no AWS credentials are made
+# available to the container"): credentials, and the endpoint that would reach the offline stack.
+_AWS_ACCESS_VARIABLES = (
+    "AWS_ACCESS_KEY",
+    "AWS_SECRET",
+    "AWS_SESSION",
+    "AWS_SECURITY",
+    "AWS_PROFILE",
+    "AWS_ENDPOINT",
+    "AWS_SHARED_CREDENTIALS",
+    "AWS_CONFIG_FILE",
+    "AWS_CONTAINER",
+    "AWS_WEB_IDENTITY",
+    "AWS_ROLE",
+)
+
+
+def isolated(environment: Mapping[str, str]) -> dict[str, str]:
+    """The environment without AWS credentials or endpoints, as an isolated container has it."""
+    return {name: value for name, value in environment.items() if not name.startswith(_AWS_ACCESS_VARIABLES)}
+
+
 # What a launcher running inside this process would otherwise leak into a job.
 _LAUNCHER_VARIABLES = frozenset(
     {
@@ -57,6 +81,10 @@ class HostLayout:
 
     def channel(self, name: str) -> Path:
         return self.root / "input" / "data" / name
+
+    def in_container(self, path: str) -> Path:
+        """Where a path of the container's `/opt/ml/input/data/...` is on this host."""
+        return self.root / "input" / "data" / path.removeprefix(CHANNELS_IN_CONTAINER)
 
     @property
     def model(self) -> Path:

@@ -161,19 +161,30 @@ class JobRunner:
         request, s3 = self.job.request, self.settings.s3
         code_uri = hyperparameters.get("sagemaker_submit_directory")
         program = str(hyperparameters.get("sagemaker_program", "train.py"))
-        if not isinstance(code_uri, str) or not code_uri.startswith("s3://"):
+        isolated = request.get("EnableNetworkIsolation") is True
+        # The container unpacks its code from a channel (as an isolated job must) or downloads it
+        # from S3 itself, with the job's credentials: an isolated container has neither network
+        # nor credentials, so on AWS that download fails when the script starts.
+        in_channel = isinstance(code_uri, str) and code_uri.startswith(container.CHANNELS_IN_CONTAINER)
+        if not in_channel and (not isinstance(code_uri, str) or not code_uri.startswith("s3://")):
             raise storage.JobFailure(
                 "ClientError: the hyperparameter sagemaker_submit_directory must name the s3:// "
-                f"URI of the code archive, not {code_uri!r}"
+                f"URI of the code archive, or its path in a channel, not {code_uri!r}"
+            )
+        if not in_channel and isolated:
+            raise storage.JobFailure(
+                "AlgorithmError: the container could not download sagemaker_submit_directory "
+                f"{code_uri}: with EnableNetworkIsolation it has no network and no AWS credentials; "
+                f"deliver the code as an input channel (e.g. {container.CHANNELS_IN_CONTAINER}code/sourcedir.tar.gz)"
             )
         archive = self.root / "sourcedir.tar.gz"
-        storage.download_object(s3, code_uri, archive, what="sagemaker_submit_directory")
+        if not in_channel:
+            storage.download_object(s3, str(code_uri), archive, what="sagemaker_submit_directory")
         hosts = [layout.name for layout in self.layouts]
         checkpoint_uri = request.get("CheckpointConfig", {}).get("S3Uri")
         for layout in self.layouts:
             layout.create()
             container.write_configuration(layout, hosts, request)
-            storage.unpack(archive, layout.code)
             for channel in request.get("InputDataConfig", []):
                 source = channel["DataSource"].get("S3DataSource")
                 if source is not None:
@@ -184,6 +195,10 @@ class JobRunner:
                         required=True,
                         role=request["RoleArn"],
                     )
+            host_archive = layout.in_container(str(code_uri)) if in_channel else archive
+            if not host_archive.is_file():
+                raise storage.JobFailure(f"AlgorithmError: sagemaker_submit_directory {code_uri} is not in any channel")
+            storage.unpack(host_archive, layout.code)
             if checkpoint_uri:
                 storage.download_prefix(s3, checkpoint_uri, layout.checkpoints, required=False, role=request["RoleArn"])
         script = self.layouts[0].code / program
@@ -208,7 +223,9 @@ class JobRunner:
                 for channel in request.get("InputDataConfig", [])
             }
             env = container.container_environment(
-                self.settings.base_environment,
+                container.isolated(self.settings.base_environment)
+                if request.get("EnableNetworkIsolation") is True
+                else self.settings.base_environment,
                 request,
                 host=layout,
                 hosts=hosts,

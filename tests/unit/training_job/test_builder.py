@@ -71,7 +71,8 @@ def test_the_container_gets_the_sagemaker_parameters_the_sdk_would_send() -> Non
         "dataset-version": '"2026-05-01"',
         "backend": '"torch"',
         "sagemaker_program": '"train.py"',
-        "sagemaker_submit_directory": f'"s3://{BUCKET}/code/sourcedir.tar.gz"',
+        # Isolated, the container finds its code in the `code` channel, not in S3.
+        "sagemaker_submit_directory": '"/opt/ml/input/data/code/sourcedir.tar.gz"',
         "sagemaker_container_log_level": "20",
         "sagemaker_job_name": f'"{name}"',
         "sagemaker_region": '"eu-west-1"',
@@ -116,19 +117,17 @@ def test_the_trainer_accepts_every_flag_the_job_passes_it() -> None:
 def test_the_data_comes_from_fsx_through_the_vpc() -> None:
     request = build_training_job_request(job_config(), RUN)
 
-    assert request["InputDataConfig"] == [
-        {
-            "ChannelName": "train",
-            "DataSource": {
-                "FileSystemDataSource": {
-                    "FileSystemId": "fs-0123456789abcdef0",
-                    "FileSystemType": "FSxLustre",
-                    "DirectoryPath": "/abcdefgh/dataset",
-                    "FileSystemAccessMode": "ro",
-                }
-            },
-        }
-    ]
+    assert request["InputDataConfig"][0] == {
+        "ChannelName": "train",
+        "DataSource": {
+            "FileSystemDataSource": {
+                "FileSystemId": "fs-0123456789abcdef0",
+                "FileSystemType": "FSxLustre",
+                "DirectoryPath": "/abcdefgh/dataset",
+                "FileSystemAccessMode": "ro",
+            }
+        },
+    }
     assert request["VpcConfig"] == {
         "Subnets": ["subnet-0a1b2c3d4e5f60718"],
         "SecurityGroupIds": ["sg-0a1b2c3d4e5f60718"],
@@ -279,8 +278,37 @@ def test_the_run_may_name_its_own_code() -> None:
 
     request = build_training_job_request(job_config(), run)
 
-    assert json.loads(request["HyperParameters"]["sagemaker_submit_directory"]) == (
+    assert request["InputDataConfig"][-1]["DataSource"]["S3DataSource"]["S3Uri"] == (
         f"s3://{BUCKET}/code/abc/sourcedir.tar.gz"
+    )
+
+
+def test_the_training_code_reaches_no_network_and_gets_its_code_from_sagemaker() -> None:
+    request = build_training_job_request(job_config(), RUN)
+
+    assert request["EnableNetworkIsolation"] is True
+    assert request["InputDataConfig"][-1] == {
+        "ChannelName": "code",
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": f"s3://{BUCKET}/code/sourcedir.tar.gz",
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+    }
+    assert json.loads(request["HyperParameters"]["sagemaker_submit_directory"]) == (
+        "/opt/ml/input/data/code/sourcedir.tar.gz"
+    ), "an isolated container cannot download its code from S3 itself"
+
+
+def test_without_isolation_the_container_downloads_its_code_itself() -> None:
+    request = build_training_job_request(job_config(network_isolation=False), RUN)
+
+    assert "EnableNetworkIsolation" not in request
+    assert [channel["ChannelName"] for channel in request["InputDataConfig"]] == ["train"]
+    assert json.loads(request["HyperParameters"]["sagemaker_submit_directory"]) == (
+        f"s3://{BUCKET}/code/sourcedir.tar.gz"
     )
 
 

@@ -57,6 +57,7 @@ EXPLAINED_BY_CASE: dict[str, dict[str, str]] = {
     "smddp-builtin-spot": {},
     "torch-debugger": {},
     "s3-dataset-no-vpc": {},
+    "torch-not-isolated": {},
 }
 
 
@@ -126,6 +127,8 @@ def sdk_request(config: JobConfig, run: TrainingRun) -> dict[str, Any]:
         subnets=config.subnets or None,
         security_group_ids=config.security_group_ids or None,
         encrypt_inter_container_traffic=config.encrypt_inter_container_traffic,
+        # The SDK then delivers the code as a `code` channel and points the container at it.
+        enable_network_isolation=config.network_isolation,
         hyperparameters={
             **config.hyperparameters,
             "dataset-version": run.dataset_version,
@@ -210,6 +213,8 @@ CASES: dict[str, dict[str, Any]] = {
         "subnets": [],
         "security_group_ids": [],
     },
+    # Without network isolation: the container downloads its code itself, no `code` channel.
+    "torch-not-isolated": {"network_isolation": False},
     # Debugger on one single-GPU instance (checkpoints allowed: not distributed).
     "torch-debugger": {
         "instance_type": "ml.g5.2xlarge",
