@@ -1,7 +1,8 @@
 """What `retrain runs` knows: the runs of a stack, one run in full, a rerun and a cancel.
 
-A run is one execution of the retraining state machine; its name is the run's name, and
-`reports/runs/<run>/summary.json` says how it ended. The clients are injected, so the same logic
+A run is one execution of the retraining state machine; its name is the run's name, and its
+summary.json says how it ended: `reports/failures/<run>/` for a run that failed or was stopped
+before its evaluation, `reports/runs/<run>/` for an evaluated one. The clients are injected, so the same logic
 works against a deployed stack and against the offline one.
 
 A cancel stops the execution (so the run cannot go on to start a job or tell the team a second
@@ -111,17 +112,19 @@ class Runs:
                 yield dict(execution)
 
     def summary(self, run: str) -> RunSummary | None:
-        key = prefixes.run_report_key(run, "summary.json")
-        try:
-            body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
-                return None
-            raise
-        try:
-            return RunSummary.model_validate_json(body)
-        except ValidationError:
-            return None  # a summary of another schema: the row still shows the execution
+        """The run's summary.json: its failure's if it has one, else its evaluation's."""
+        for key in prefixes.summary_keys(run):
+            try:
+                body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            except ClientError as error:
+                if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                    continue
+                raise
+            try:
+                return RunSummary.model_validate_json(body)
+            except ValidationError:
+                return None  # a summary of another schema: the row still shows the execution
+        return None
 
     def rows(self, limit: int = 20) -> list[RunRow]:
         rows = []
@@ -256,7 +259,7 @@ class Runs:
                 job_name=job_name,
                 job_status=job_status,
                 told_team=summary is not None and summary.outcome == "stopped",
-                summary_uri=f"s3://{self.bucket}/{prefixes.run_report_key(run, 'summary.json')}" if summary else None,
+                summary_uri=summary.artifacts.summary if summary else None,
             )
         progress(f"RunEndedFunction did not clean up within {job_timeout:.0f} s: doing it here")
         if job_name is not None:

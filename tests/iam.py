@@ -1,13 +1,15 @@
 """A small IAM model for the least-privilege tests: the template's statements per principal,
 what retrain/ops/permissions.py declares, what an AWS call needs, and whether a statement allows it.
 
-Only what this stack's policies use is modelled: Allow statements, `*` and `?` wildcards in
-actions and resources, policy variables (`${aws:PrincipalTag/...}`) in resources and condition
-values, and the condition operators StringEquals / StringLike / ArnEquals / ArnLike / Bool / Null,
-their negations (StringNotEquals / StringNotLike / ArnNotEquals / ArnNotLike) and their
-ForAllValues / ForAnyValue forms. Resource policies (the bucket's, the key's, the secret's, the
-endpoint's) are read with their Effect and Principal: `allowed_by` and `denied_by` say whether
-one of their statements applies to a principal's request.
+Only what this stack's policies use is modelled: Allow and Deny statements (an explicit Deny
+wins), `*` and `?` wildcards in actions and resources, policy variables
+(`${aws:PrincipalTag/...}`) in resources and condition values, and the condition operators
+StringEquals / StringLike / ArnEquals / ArnLike / Bool / Null, their negations (StringNotEquals /
+StringNotLike / ArnNotEquals / ArnNotLike: true when the key is absent) and their ForAllValues /
+ForAnyValue forms. Resource policies (the bucket's, the key's, the secret's, the endpoint's) are
+read with their Effect and Principal: `allowed_by` and `denied_by` say whether one of their
+statements applies to a principal's request; `bucket_denials` and the Sid readers give the bucket
+policy's Deny statements to everyone as plain statements.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from functions.data.ledger_batches import LOCK_PK
 from functions.training_job.images import DEBUGGER_RULE_ACCOUNTS, PYTORCH_TRAINING_ACCOUNTS
 from retrain.local.cloudformation.template import Created, Resolver, Template, load_template
-from retrain.ops.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS, Grant
+from retrain.ops.permissions import DENIALS, FUNCTION_PLACEHOLDERS, PERMISSIONS, Grant
 
 ROOT = Path(__file__).resolve().parents[1]
 # Actions no statement may grant on any resource: lifecycle, policy and ACL changes, wildcards.
@@ -48,6 +51,7 @@ class Statement:
     actions: tuple[str, ...]
     resources: tuple[str, ...]
     conditions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    effect: str = "Allow"
 
     def condition_specs(self) -> frozenset[str]:
         """`Operator:key=v1,v2` for each condition (values sorted)."""
@@ -106,18 +110,31 @@ def principal_policies(body: Mapping[str, Any], logical_id: str) -> tuple[list[d
 def statements_of(body: Mapping[str, Any], logical_id: str, resolver: Resolver) -> list[Statement]:
     raw, others = principal_policies(body, logical_id)
     assert not others, f"{logical_id}: grants outside explicit statements: {others}"
-    found = []
     # Resolved as one list: a statement under `Fn::If` that resolves to AWS::NoValue is dropped.
-    for resolved in resolver.resolve(copy.deepcopy(raw)):
-        assert resolved.get("Effect") == "Allow", f"{logical_id}: only Allow statements are modelled: {resolved}"
-        assert "NotAction" not in resolved and "NotResource" not in resolved, f"{logical_id}: {resolved}"
-        found.append(
-            Statement(
-                actions=tuple(_values(resolved["Action"])),
-                resources=tuple(_values(resolved["Resource"])),
-                conditions=resolved.get("Condition", {}),
-            )
-        )
+    return [_statement(logical_id, resolved) for resolved in resolver.resolve(copy.deepcopy(raw))]
+
+
+def _statement(where: str, resolved: Mapping[str, Any]) -> Statement:
+    assert resolved.get("Effect") in {"Allow", "Deny"}, f"{where}: {resolved}"
+    assert "NotAction" not in resolved and "NotResource" not in resolved, f"{where}: {resolved}"
+    return Statement(
+        actions=tuple(_values(resolved["Action"])),
+        resources=tuple(_values(resolved["Resource"])),
+        conditions=resolved.get("Condition", {}),
+        effect=resolved["Effect"],
+    )
+
+
+def bucket_policy_denials(body: Mapping[str, Any], resolver: Resolver, sids: Iterable[str]) -> list[Statement]:
+    """DataBucketPolicy's Deny statements named `sids` (each must be there, to everyone)."""
+    document = resolver.resolve(copy.deepcopy(body["Resources"]["DataBucketPolicy"]["Properties"]["PolicyDocument"]))
+    by_sid = {statement.get("Sid"): statement for statement in document["Statement"]}
+    found = []
+    for sid in sids:
+        assert sid in by_sid, f"DataBucketPolicy has no statement {sid}"
+        statement = by_sid[sid]
+        assert statement["Effect"] == "Deny" and statement.get("Principal") == "*", f"{sid}: {statement}"
+        found.append(_statement(f"DataBucketPolicy.{sid}", statement))
     return found
 
 
@@ -135,6 +152,7 @@ def bucket_denials(body: Mapping[str, Any], logical_id: str, resolver: Resolver)
                 actions=tuple(_values(resolved["Action"])),
                 resources=tuple(_values(resolved["Resource"])),
                 conditions=resolved.get("Condition", {}),
+                effect="Deny",
             )
         )
     return found
@@ -255,6 +273,7 @@ def placeholders(body: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
         "fsx_tasks": f"arn:aws:fsx:{region}:{account}:task/*",
         "training_role": att("TrainingRole", "Arn"),
         "report_reader_role": att("ReportReaderRole", "Arn"),
+        "lock": LOCK_PK,
     }
     for logical_id, placeholder in FUNCTION_PLACEHOLDERS.items():
         names[placeholder] = att(logical_id, "Arn")
@@ -278,9 +297,11 @@ def declared_pairs(grants: Iterable[Grant], names: Mapping[str, str]) -> Pairs:
     return found
 
 
-def granted_pairs(statements: Iterable[Statement]) -> Pairs:
+def granted_pairs(statements: Iterable[Statement], effect: str = "Allow") -> Pairs:
     found: Pairs = {}
     for statement in statements:
+        if statement.effect != effect:
+            continue
         for action in statement.actions:
             for resource in statement.resources:
                 found.setdefault((action, resource), []).append(statement.condition_specs())
@@ -294,13 +315,14 @@ def _spec_matches(declared: frozenset[str], granted: frozenset[str]) -> bool:
     return all(any(g == d or g.startswith(f"{d}=") for g in granted) for d in declared)
 
 
-def differences(declared: Pairs, granted: Pairs, who: str) -> list[str]:
-    """What the template grants beyond the declaration, and what it lacks, one line each."""
+def differences(declared: Pairs, granted: Pairs, who: str, effect: str = "Allow") -> list[str]:
+    """What the template grants (or denies) beyond the declaration, and what it lacks, one line each."""
     problems = []
+    gives, lacks = ("grants", "lacks") if effect == "Allow" else ("denies", "lacks the Deny of")
     for action, resource in sorted(granted.keys() - declared.keys()):
-        problems.append(f"{who}: grants {action} on {resource}, which retrain/ops/permissions.py does not declare")
+        problems.append(f"{who}: {gives} {action} on {resource}, which retrain/ops/permissions.py does not declare")
     for action, resource in sorted(declared.keys() - granted.keys()):
-        problems.append(f"{who}: lacks {action} on {resource}, which retrain/ops/permissions.py declares")
+        problems.append(f"{who}: {lacks} {action} on {resource}, which retrain/ops/permissions.py declares")
     for pair in sorted(declared.keys() & granted.keys()):
         problems.extend(
             f"{who}: {pair[0]} on {pair[1]} lacks the conditions {sorted(specs)}"
@@ -320,8 +342,10 @@ def check_template(body: Mapping[str, Any], resolver: Resolver) -> list[str]:
     names = placeholders(body, resolver)
     problems = []
     for logical_id, grants in PERMISSIONS.items():
-        granted = granted_pairs(statements_of(body, logical_id, resolver))
-        problems += differences(declared_pairs(grants, names), granted, logical_id)
+        statements = statements_of(body, logical_id, resolver)
+        problems += differences(declared_pairs(grants, names), granted_pairs(statements), logical_id)
+        denied = granted_pairs(statements, "Deny")
+        problems += differences(declared_pairs(DENIALS.get(logical_id, ()), names), denied, logical_id, "Deny")
     return problems
 
 
@@ -409,7 +433,7 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
 
 
 def allows(statement: Statement, need: Need) -> bool:
-    """Whether the statement's actions, resources and conditions all match (its Effect aside)."""
+    """The statement applies to `need`: an Allow allows it, a Deny denies it."""
     if not any(matches(a, need.action, case=False) for a in statement.actions):
         return False
     resources = [substitute(r, need.context) for r in statement.resources]
@@ -423,7 +447,13 @@ def allows(statement: Statement, need: Need) -> bool:
 
 
 def allowed(statements: Iterable[Statement], need: Need) -> bool:
-    return any(allows(statement, need) for statement in statements)
+    """Some Allow statement applies to `need`, and no Deny statement does."""
+    statements = list(statements)
+    return any(s.effect == "Allow" and allows(s, need) for s in statements) and not denied(statements, need)
+
+
+def denied(statements: Iterable[Statement], need: Need) -> bool:
+    return any(s.effect == "Deny" and allows(s, need) for s in statements)
 
 
 # --------------------------------------------------------- resource policies --

@@ -106,6 +106,12 @@ class RunArtifactsMissingError(RetrainError):
     """A completed job's output lacks what evaluation needs (model.tar.gz, metrics.json)."""
 
 
+class EvidenceConflictError(RetrainError):
+    """A run's evidence (its model's sealed copy `models/packages/<run>/model.tar.gz`, its
+    `metrics.json`) already holds other bytes than this evaluation's, as when a job overwrote the
+    archive before a retry: evidence is never replaced, so the run fails."""
+
+
 class RunCleanupError(RetrainError):
     """A step of the cleanup after a stopped or timed-out run failed (EventBridge's asynchronous
     invocation is retried; every step is idempotent)."""

@@ -72,9 +72,11 @@ class AcceptedModel(BaseModel):
     run: str
     job_name: str
     dataset_version: str
-    # SageMaker's artifact (model.tar.gz), pinned by VersionId.
+    # The model's archive, pinned by VersionId: since issue 28 its sealed copy
+    # (models/packages/<run>/model.tar.gz, with its SHA-256); before, SageMaker's output.
     model_uri: str
     model_version_id: str | None = None
+    model_sha256: str | None = None
     # The folder holding its model.pt: the next training job's `model` channel.
     weights_prefix_uri: str
     miou: float = Field(ge=0.0, le=1.0)
@@ -106,7 +108,7 @@ class TrainerCode(BaseModel):
 class RunContext(BaseModel):
     """What every later state knows about the run."""
 
-    run: str = ""  # the execution's name; reports go to reports/runs/<run>/
+    run: str = ""  # the execution's name; an evaluation's reports go to reports/runs/<run>/
     execution_arn: str | None = None
     dataset_version: DatasetVersion
     manifest_uri: str

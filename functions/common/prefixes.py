@@ -7,16 +7,24 @@ dataset/images|labels/<batch>/<file>         curated pairs (what FSx for Lustre 
 dataset/manifests/<version>.jsonl            frozen dataset versions (+ .purged.json after erasure)
 quarantine/<batch>/<file> + .reason.json     rejected files and why
 quarantine/_unsafe/<sha256> + .reason.json   files whose key is unsafe or too long to reuse as a key
-reports/<batch>/report.json|md               batch reports
-reports/runs/<run>/                          a run's summary.json, metrics.json, rules.json, report.html
+reports/batches/<batch>/report.json|md       batch reports (intake, sweeper; a held batch's: EvaluateRun)
+reports/runs/<run>/                          an evaluated run's summary.json, metrics.json, rules.json,
+                                             report.html: EvaluateRun's alone (the bucket policy says so)
+reports/failures/<run>/summary.json          a run that ended before its evaluation: failed or stopped
+reports/index.html                           every run on one page (EvaluateRun)
 models/accepted.json                         the accepted model (what the next run starts from)
-models/runs/<run>/model.pt                   each evaluated run's weights (a training job's model channel)
+models/runs/<run>/model.pt                   each accepted run's weights (a training job's model channel)
+models/packages/<run>/model.tar.gz           an accepted model's sealed copy: written once, never replaced
+                                             or deleted; its sha256 is in the model package
 code/<sha256>/sourcedir.tar.gz               each released trainer, under its archive's sha256
 code/current.json                            the release new runs train with (its sha256)
 training/<job>/...                           SageMaker's output: model.tar.gz, output.tar.gz, rule-output/
 ```
 Nothing outside `incoming/` triggers the intake (the bucket notifies on that prefix only).
 Only the release path writes under `code/` (the bucket policy denies everyone else).
+Batch and run reports have folders of their own, so no batch name (`runs`, `index.html`) can
+reach a run's evidence. Before issue 28 batch reports were `reports/<batch>/`: nothing writes
+there any more, and an erasure still removes them (`legacy_report_key`).
 Files uploaded straight under `incoming/` (no batch folder) belong to the batch `_unbatched`;
 files whose batch folder is unsafe (`..`, a control character, ...) to the batch `_unsafe`.
 """
@@ -30,8 +38,11 @@ DATASET = "dataset/"
 MANIFESTS = "dataset/manifests/"
 QUARANTINE = "quarantine/"
 REPORTS = "reports/"
+BATCH_REPORTS = "reports/batches/"
 RUN_REPORTS = "reports/runs/"
+FAILED_RUNS = "reports/failures/"
 MODELS = "models/"
+MODEL_PACKAGES = "models/packages/"
 ACCEPTED_MODEL = "models/accepted.json"
 CODE = "code/"
 TRAINER_RELEASE = "code/current.json"
@@ -123,10 +134,16 @@ def reason_key(quarantined: str) -> str:
 
 
 def report_key(batch: str, name: str) -> str:
+    return f"{BATCH_REPORTS}{batch}/{name}"
+
+
+def legacy_report_key(batch: str, name: str) -> str:
+    """Where a batch's report was before it had a folder of its own: only an erasure looks there."""
     return f"{REPORTS}{batch}/{name}"
 
 
 def run_report_key(run: str, name: str) -> str:
+    """An evaluated run's reports: EvaluateRun is the only writer (the evidence behind a model)."""
     return f"{RUN_REPORTS}{run}/{name}"
 
 
@@ -134,6 +151,22 @@ def trainer_code_key(sha256: str) -> str:
     """Where the trainer whose archive has this sha256 lives: never overwritten, so a run that
     starts with a digest finds those bytes, or other bytes that the run then refuses."""
     return f"{CODE}{sha256}/{TRAINER_ARCHIVE}"
+
+
+def failed_run_key(run: str, name: str) -> str:
+    """What NotifyFunction records of a run that ended before its evaluation (failed or stopped)."""
+    return f"{FAILED_RUNS}{run}/{name}"
+
+
+def summary_keys(run: str) -> tuple[str, str]:
+    """Where a run's summary.json may be, the one to believe first: a failure is recorded after
+    anything an evaluation wrote (a run stopped while the team was being told), so it wins."""
+    return failed_run_key(run, "summary.json"), run_report_key(run, "summary.json")
+
+
+def package_model_key(run: str) -> str:
+    """An accepted model's sealed copy, which its model package names (and pins by sha256)."""
+    return f"{MODEL_PACKAGES}{run}/model.tar.gz"
 
 
 def run_weights_prefix(run: str) -> str:

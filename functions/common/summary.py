@@ -64,13 +64,15 @@ class RuleVerdict(BaseModel):
 class RunArtifacts(BaseModel):
     """Where everything of the run is (s3:// URIs)."""
 
-    folder: str  # reports/runs/<run>/
+    folder: str  # reports/runs/<run>/ (reports/failures/<run>/: a run that ended before its evaluation)
     summary: str
     metrics: str | None = None
     rules: str | None = None
     report: str | None = None  # the profiling report (HTML)
     model: str | None = None  # SageMaker's model.tar.gz
     model_version_id: str | None = None
+    sealed_model: str | None = None  # models/packages/<run>/model.tar.gz: what the package names (accepted runs)
+    model_sha256: str | None = None  # the sealed copy's SHA-256, as the package records it
     output: str | None = None  # SageMaker's output.tar.gz
     weights: str | None = None  # models/runs/<run>/model.pt (accepted runs)
     screening: str | None = None  # screening.json: what the accepted model found in the new batches

@@ -1,5 +1,5 @@
 """The batch report: what became of every file of a batch, as JSON for machines and Markdown
-for the annotation team. Written to reports/<batch>/, outside the notification prefix."""
+for the annotation team. Written to reports/batches/<batch>/, outside the notification prefix."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from functions.data.ledger import Ledger
 from functions.data.models import FileRecord, FileStatus, PairStatus
 from functions.data.storage import DataBucket
 from functions.validation import Role
+
+REPORT_JSON = "report.json"
+REPORT_MARKDOWN = "report.md"
 
 
 def build_report(batch: str, ledger: Ledger) -> dict[str, Any]:
@@ -114,6 +117,6 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 def write_report(batch: str, ledger: Ledger, bucket: DataBucket) -> dict[str, Any]:
     report = build_report(batch, ledger)
-    bucket.put_json(prefixes.report_key(batch, "report.json"), report)
-    bucket.put_text(prefixes.report_key(batch, "report.md"), render_markdown(report), "text/markdown")
+    bucket.put_json(prefixes.report_key(batch, REPORT_JSON), report)
+    bucket.put_text(prefixes.report_key(batch, REPORT_MARKDOWN), render_markdown(report), "text/markdown")
     return report

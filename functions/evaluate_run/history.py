@@ -33,22 +33,26 @@ def _e(value: object) -> str:
 
 
 def summaries(s3: S3Client, bucket: str) -> list[RunSummary]:
-    """Every run's summary.json under reports/runs/, oldest first (one that does not parse is skipped)."""
+    """Every run's summary.json, evaluated (reports/runs/) or ended before (reports/failures/),
+    oldest first; one that does not parse is skipped, and of a run with both the failure counts
+    (`prefixes.summary_keys`)."""
     keys: list[str] = []
-    request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefixes.RUN_REPORTS}
-    while True:
-        page = s3.list_objects_v2(**request)
-        keys += [item["Key"] for item in page.get("Contents", []) if item["Key"].endswith("/summary.json")]
-        if not page.get("IsTruncated"):
-            break
-        request["ContinuationToken"] = page["NextContinuationToken"]
-    found: list[RunSummary] = []
-    for key in keys:
+    for prefix in (prefixes.RUN_REPORTS, prefixes.FAILED_RUNS):
+        request: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        while True:
+            page = s3.list_objects_v2(**request)
+            keys += [item["Key"] for item in page.get("Contents", []) if item["Key"].endswith("/summary.json")]
+            if not page.get("IsTruncated"):
+                break
+            request["ContinuationToken"] = page["NextContinuationToken"]
+    found: dict[str, RunSummary] = {}
+    for key in keys:  # evaluations first: a run's failure, read later, replaces its evaluation
         try:
-            found.append(RunSummary.model_validate_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+            summary = RunSummary.model_validate_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
         except ValidationError:
             continue
-    return sorted(found, key=lambda s: s.finished_at)
+        found[summary.run] = summary
+    return sorted(found.values(), key=lambda s: s.finished_at)
 
 
 def render(runs: Sequence[RunSummary]) -> str:

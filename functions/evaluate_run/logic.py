@@ -2,9 +2,12 @@
 
 From the job's output (`model.tar.gz`, `output.tar.gz`, and with the Debugger back end its rule
 statuses and ProfilerReport files) this writes, under `reports/runs/<run>/`, `metrics.json`,
-`rules.json`, the profiling report and `summary.json`. An accepted model's weights go to
-`models/runs/<run>/model.pt` (the next run's starting point), it is registered in the model
-package group as PendingManualApproval, and then `models/accepted.json` names it: that write is
+`rules.json`, the profiling report and `summary.json`: the evidence behind the verdict, which
+only this function may write (the bucket policy). An accepted model's weights go to
+`models/runs/<run>/model.pt` (the next run's starting point), the archive judged is sealed at
+`models/packages/<run>/model.tar.gz` (written once, never replaced: `artifacts.seal`), it is
+registered in the model package group as PendingManualApproval from that copy, with its SHA-256
+and the metrics file's digest, and then `models/accepted.json` names it: that write is
 the moment the model is accepted. It is conditional (S3's If-Match on the ETag read just before,
 or If-None-Match for the first model), and made only while `accepted.json` still names the model
 this run was compared with, so two evaluations can never both believe they set it: the one that
@@ -15,6 +18,7 @@ retry that finds `accepted.json` naming this run already goes on from there.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,7 +35,7 @@ from functions.common.rules import RulesFile, parse_rules_file
 from functions.common.summary import GateVerdict, JobSummary, RuleVerdict, RunArtifacts, RunSummary
 from functions.data.storage import DataBucket
 from functions.evaluate_run import history
-from functions.evaluate_run.artifacts import read_members
+from functions.evaluate_run.artifacts import Sealed, read_members, seal, write_once
 from functions.evaluate_run.gate import GatePolicy, judge
 from functions.evaluate_run.trust import SCREENING_MEMBER, ScreeningFile, TrustChanges, TrustKeeper
 from functions.training_job.debugger import (
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
 OUTPUT_MEMBERS = {"metrics.json", "rules.json", "report.html", SCREENING_MEMBER}
 MODEL_MEMBERS = {"model.pt", "metrics.json"}
 RUN_TAG = "retrain:run"
+MODEL_SHA256_TAG = "retrain:model-sha256"
 # S3's answers to a conditional write whose condition no longer holds: another write came first
 # (412), is in flight (409), or removed the object an If-Match named (404).
 LOST_WRITE = {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
@@ -88,10 +93,21 @@ class Evaluator:
 
         data = DataBucket(self.s3, self.bucket)
         folder = prefixes.run_report_key(run.run, "")
+        # Written once: the package pins it by digest, and a retry must not put another job's
+        # numbers under a verdict already given (EvidenceConflictError).
+        metrics_file = metrics.model_dump_json(indent=2).encode()
+        metrics_written = write_once(
+            self.s3,
+            self.bucket,
+            prefixes.run_report_key(run.run, "metrics.json"),
+            metrics_file,
+            sha256=hashlib.sha256(metrics_file).hexdigest(),
+            content_type="application/json",
+        )
         artifacts = RunArtifacts(
             folder=self._uri(folder),
             summary=self._uri(prefixes.run_report_key(run.run, "summary.json")),
-            metrics=self._put(data, run.run, "metrics.json", metrics.model_dump_json(indent=2), "application/json"),
+            metrics=metrics_written.uri,
             model=model_uri,
             model_version_id=model_version,
             output=f"{base}/output.tar.gz" if outputs else None,
@@ -117,21 +133,26 @@ class Evaluator:
             weights = prefixes.run_weights_prefix(run.run)
             self.s3.put_object(Bucket=self.bucket, Key=f"{weights}model.pt", Body=model_files["model.pt"])
             artifacts.weights = self._uri(f"{weights}model.pt")
+            # The very archive judged (by VersionId), copied where no job can write: what the
+            # package names can no longer change under its approval.
+            sealed = seal(self.s3, model_uri, model_version, self.bucket, prefixes.package_model_key(run.run))
+            artifacts.sealed_model, artifacts.model_sha256 = sealed.uri, sealed.sha256
             package_arn = self._register(
                 run=run,
                 job=job,
                 described=described,
-                model_uri=model_uri,
+                sealed=sealed,
                 metrics=metrics,
-                artifacts=artifacts,
+                metrics_written=metrics_written,
             )
             assert metrics.miou is not None
             accepted = AcceptedModel(
                 run=run.run,
                 job_name=job.job_name,
                 dataset_version=run.dataset_version,
-                model_uri=model_uri,
-                model_version_id=model_version,
+                model_uri=sealed.uri,
+                model_version_id=sealed.version_id,
+                model_sha256=sealed.sha256,
                 weights_prefix_uri=self._uri(weights),
                 miou=metrics.miou,
                 per_class_iou=metrics.per_class_iou,
@@ -266,9 +287,9 @@ class Evaluator:
         run: RunContext,
         job: JobState,
         described: Any,
-        model_uri: str,
+        sealed: Sealed,
         metrics: MetricsFile,
-        artifacts: RunArtifacts,
+        metrics_written: Sealed,
     ) -> str | None:
         if not self.model_package_group:
             return None
@@ -285,21 +306,27 @@ class Evaluator:
             )[:1024],
             "ModelApprovalStatus": "PendingManualApproval",
             "InferenceSpecification": {
-                "Containers": [{"Image": image, "ModelDataUrl": model_uri}],
+                "Containers": [{"Image": image, "ModelDataUrl": sealed.uri}],
                 "SupportedContentTypes": ["application/x-image"],
                 "SupportedResponseMIMETypes": ["application/json"],
             },
+            # What a reviewer approves, pinned: the sealed archive's digest (S3 keeps the same
+            # digest with the object) and version.
             "CustomerMetadataProperties": {
                 RUN_TAG: run.run,
                 "retrain:dataset-version": run.dataset_version,
                 "retrain:training-job": job.job_name,
                 "retrain:miou": f"{metrics.miou:.4f}",
+                MODEL_SHA256_TAG: sealed.sha256,
+                **({"retrain:model-version-id": sealed.version_id} if sealed.version_id else {}),
             },
         }
-        if artifacts.metrics is not None:
-            request["ModelMetrics"] = {
-                "ModelQuality": {"Statistics": {"ContentType": "application/json", "S3Uri": artifacts.metrics}}
-            }
+        statistics = {
+            "ContentType": "application/json",
+            "S3Uri": metrics_written.uri,
+            "ContentDigest": f"sha256:{metrics_written.sha256}",
+        }
+        request["ModelMetrics"] = {"ModelQuality": {"Statistics": statistics}}
         arn: str = self.sagemaker.create_model_package(**request)["ModelPackageArn"]
         return arn
 

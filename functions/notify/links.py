@@ -77,7 +77,7 @@ def run_links(
     *,
     region: str,
     bucket: str,
-    run: str,
+    folder: str,
     job_name: str | None,
     execution_arn: str | None,
     report_key: str | None,
@@ -93,7 +93,9 @@ def run_links(
     return RunLinks(
         report=report,
         report_console=s3_console(region, bucket, report_key) if report_key else None,
-        run_folder=s3_console(region, bucket, prefixes.run_report_key(run, "")),
+        # The summary's own folder: reports/runs/<run>/, or reports/failures/<run>/ for a run
+        # that ended before its evaluation.
+        run_folder=s3_console(region, bucket, folder),
         history=s3_console(region, bucket, f"{prefixes.REPORTS}index.html"),
         training_job=f"{base}/sagemaker/home?region={region}#/jobs/{job_name}" if job_name else None,
         logs=logs,

@@ -1,7 +1,9 @@
 """Tell the team how a run went, by e-mail (SNS) and in Slack, from one summary.
 
 A failed or stopped run gets a `summary.json` of its own here (the failure branch has no
-EvaluateRun), so every run, whatever its end, leaves one under `reports/runs/<run>/`. Slack is
+EvaluateRun), so every run, whatever its end, leaves one: an evaluated run under
+`reports/runs/<run>/`, which only EvaluateRun may write (it is the evidence behind a model), and
+one that ended before its evaluation under `reports/failures/<run>/`. Slack is
 best effort: no webhook configured, a secret that cannot be read or holds no webhook URL
 (`secret.py`), or Slack being down skips or fails the Slack message with one log line, never the
 run and never the SNS message.
@@ -146,7 +148,7 @@ class Notifier:
         return run_links(
             region=self.region,
             bucket=self.bucket,
-            run=summary.run,
+            folder=prefixes.split_s3_uri(summary.artifacts.folder)[1],
             job_name=summary.job.name if summary.job else None,
             execution_arn=summary.execution_arn,
             report_key=report_key,
@@ -159,11 +161,8 @@ class Notifier:
         bucket, key = prefixes.split_s3_uri(uri)
         return RunSummary.model_validate_json(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
 
-    def _artifacts(self, run: str) -> RunArtifacts:
-        key = prefixes.run_report_key(run, "summary.json")
-        return RunArtifacts(
-            folder=f"s3://{self.bucket}/{prefixes.run_report_key(run, '')}", summary=f"s3://{self.bucket}/{key}"
-        )
+    def _artifacts(self, folder: str) -> RunArtifacts:
+        return RunArtifacts(folder=f"s3://{self.bucket}/{folder}", summary=f"s3://{self.bucket}/{folder}summary.json")
 
     def _started_summary(self, request: NotifyRequest, run: RunContext, now: datetime) -> RunSummary:
         return RunSummary(
@@ -178,7 +177,7 @@ class Notifier:
             finished_at=now,
             baseline_run=run.accepted.run if run.accepted else None,
             code_archive_sha256=run.code.sha256 if run.code else None,
-            artifacts=self._artifacts(run.run or request.execution),
+            artifacts=self._artifacts(prefixes.run_report_key(run.run or request.execution, "")),
         )
 
     def _failure_summary(self, request: NotifyRequest, now: datetime) -> RunSummary:
@@ -201,11 +200,11 @@ class Notifier:
             duration_seconds=(now - run.started_at).total_seconds() if run and run.started_at else None,
             baseline_run=run.accepted.run if run and run.accepted else None,
             code_archive_sha256=run.code.sha256 if run and run.code else None,
-            artifacts=self._artifacts(name),
+            artifacts=self._artifacts(prefixes.failed_run_key(name, "")),
             failed_state=failure.state,
             error=failure.error,
             cause=failure.message,
         )
-        key = prefixes.run_report_key(name, "summary.json")
+        key = prefixes.failed_run_key(name, "summary.json")
         DataBucket(self.s3, self.bucket).put_text(key, summary.model_dump_json(indent=2), "application/json")
         return summary

@@ -136,13 +136,16 @@ def show(run: RunArgument, stack: StackOption = None, region: RegionOption = Non
         console.print(f"training job     {details.job_name}")
     summary = details.summary
     if summary is None:
-        console.print("No summary yet: the run writes reports/runs/<run>/summary.json when it ends.")
+        console.print(
+            "No summary yet: an evaluated run writes reports/runs/<run>/summary.json, "
+            "one that ends before its evaluation reports/failures/<run>/summary.json."
+        )
         return
     report_key = prefixes.split_s3_uri(summary.artifacts.report)[1] if summary.artifacts.report else None
     links = run_links(
         region=target.region,
         bucket=runs.bucket,
-        run=summary.run,
+        folder=prefixes.split_s3_uri(summary.artifacts.folder)[1],
         job_name=summary.job.name if summary.job else None,
         execution_arn=summary.execution_arn,
         report_key=report_key,

@@ -248,16 +248,18 @@ class Demo:
         )
         return report
 
-    def _wait_json(self, key: str, ready: Any, timeout: float) -> dict[str, Any] | None:
+    def _wait_json(self, key: str | tuple[str, ...], ready: Any, timeout: float) -> dict[str, Any] | None:
+        """The first of `key` (one, or several in order of preference) that is there and ready."""
         s3 = self.stack.aws.s3
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                document: dict[str, Any] = json.loads(s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
-            except s3.exceptions.NoSuchKey:
-                document = {}
-            if document and ready(document):
-                return document
+            for one in (key,) if isinstance(key, str) else key:
+                try:
+                    document: dict[str, Any] = json.loads(s3.get_object(Bucket=self.bucket, Key=one)["Body"].read())
+                except s3.exceptions.NoSuchKey:
+                    document = {}
+                if document and ready(document):
+                    return document
             time.sleep(0.3)
         return None
 
@@ -396,8 +398,7 @@ class Demo:
             self.console.print(f"      let it in if its labels are right: retrain data release {batch}")
 
     def _summary(self, run: str) -> RunSummary | None:
-        key = prefixes.run_report_key(run, "summary.json")
-        document = self._wait_json(key, lambda doc: True, timeout=10)
+        document = self._wait_json(prefixes.summary_keys(run), lambda doc: True, timeout=10)
         if document is None:
             self.console.print(f"  [red]run {run} wrote no summary.json[/red]")
             return None

@@ -19,6 +19,7 @@ Resources are written with placeholders, filled in from the template by the test
     {file_system} {fsx_tasks}  the dataset's FSx file system, and data repository tasks
     {training_role} {report_reader_role}  the roles passed or assumed
     {pytorch_registry} {debugger_rules_registry}  AWS's registry accounts of the region's images
+    {lock}                the run lock's partition key (LOCK_PK, functions/data/ledger_batches.py)
     {region} {account} {partition} {stack_name}
 
 `${{aws:PrincipalTag/retrain-team}}` is an IAM policy variable, written doubled so that the
@@ -26,6 +27,9 @@ placeholders leave it as `${aws:PrincipalTag/retrain-team}`: the principal's tea
 
 `conditions` names the condition keys a grant's statement must carry, as `Operator:key` (any value) or
 `Operator:key=value`; the integration test checks their values against the calls themselves.
+
+`DENIALS` are the explicit Deny statements of a principal's policies, declared the same way: what
+must stay refused even if an Allow is widened later (the intake decodes untrusted images).
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ S3_WRITE_KEY = Grant(
     "writing an object under SSE-KMS asks KMS for a data key (via S3 only)",
     VIA_S3,
 )
+# The ledger partitions the intake keeps (functions/data/ledger_*.py): a batch's files, pairs and
+# report records (`batch#<batch>`), and content claims (`content#<sha256>`).
+INTAKE_PARTITIONS = "ForAllValues:StringLike:dynamodb:LeadingKeys=batch#*,content#*"
 MISSING_IS_404 = (
     "S3 answers a read of a missing key 404 (not 403) only to a caller that may list the bucket; "
     "the code tells 'not there' from a failure by it"
@@ -84,7 +91,12 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(
             ("s3:PutObject",),
-            ("{bucket}/dataset/images/*", "{bucket}/dataset/labels/*", "{bucket}/quarantine/*", "{bucket}/reports/*"),
+            (
+                "{bucket}/dataset/images/*",
+                "{bucket}/dataset/labels/*",
+                "{bucket}/quarantine/*",
+                "{bucket}/reports/batches/*",
+            ),
             "curated copies, quarantined copies and their .reason.json, and the batch reports (never manifests)",
         ),
         Grant(
@@ -110,7 +122,13 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             "reads and copies SSE-KMS objects, writes new ones (via S3 only)",
             VIA_S3,
         ),
-        Grant(LEDGER_RW, ("{ledger}",), "the ledger: files, pairs, batches and content claims (not its index)"),
+        Grant(
+            LEDGER_RW,
+            ("{ledger}",),
+            "the ledger: files, pairs, batches and content claims, in their partitions only (not its index, "
+            "not the run lock, run or job records)",
+            (INTAKE_PARTITIONS,),
+        ),
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
             ("{idempotency}",),
@@ -126,7 +144,7 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(
             ("s3:PutObject",),
-            ("{bucket}/quarantine/*", "{bucket}/reports/*"),
+            ("{bucket}/quarantine/*", "{bucket}/reports/batches/*"),
             "the quarantined copy and its .reason.json; the reports of the batches it closed",
         ),
         Grant(
@@ -266,10 +284,23 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(
             ("s3:GetObject",),
-            ("{bucket}/training/*", "{bucket}/reports/runs/*", "{bucket}/models/accepted.json"),
+            (
+                "{bucket}/training/*",
+                "{bucket}/reports/runs/*",
+                "{bucket}/reports/failures/*",
+                "{bucket}/models/accepted.json",
+                "{bucket}/models/packages/*",
+            ),
             "the job's model.tar.gz and output.tar.gz (and Debugger's profiler reports); every run's "
-            "summary.json, for the runs' history page (reports/index.html); the accepted model's ETag, "
-            "which the conditional write of models/accepted.json names",
+            "summary.json, evaluated or failed, for the runs' history page (reports/index.html); the accepted "
+            "model's ETag, which the conditional write of models/accepted.json names; HeadObject of a sealed "
+            "model (a retry finds its own copy by its SHA-256)",
+        ),
+        Grant(
+            ("s3:GetObjectVersion",),
+            ("{bucket}/training/*",),
+            "seals an accepted model from the very version of model.tar.gz it judged, even if a job wrote "
+            "the key since",
         ),
         Grant(
             ("s3:ListBucket",),
@@ -279,9 +310,17 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(
             ("s3:PutObject",),
-            ("{bucket}/reports/*", "{bucket}/models/runs/*", "{bucket}/models/accepted.json"),
-            "the run's reports, a held batch's rewritten report, its weights (the next run's warm start), "
-            "the accepted model",
+            (
+                "{bucket}/reports/runs/*",
+                "{bucket}/reports/index.html",
+                "{bucket}/reports/batches/*",
+                "{bucket}/models/packages/*",
+                "{bucket}/models/runs/*",
+                "{bucket}/models/accepted.json",
+            ),
+            "the run's reports (its evidence, which only it writes: DataBucketPolicy), the runs' history page, "
+            "a held batch's rewritten report, the accepted model's sealed copy (If-None-Match), its weights "
+            "(the next run's warm start), the accepted model",
         ),
         Grant(("kms:Decrypt", "kms:GenerateDataKey"), ("{key}",), "reads and writes SSE-KMS objects", VIA_S3),
         Grant(
@@ -306,8 +345,12 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(("secretsmanager:GetSecretValue",), ("{secret}",), "the Slack webhook URL"),
         Grant(("sts:AssumeRole",), ("{report_reader_role}",), "signs report links with a session of known expiry"),
-        Grant(("s3:GetObject",), ("{bucket}/reports/runs/*",), "the run's summary.json"),
-        Grant(("s3:PutObject",), ("{bucket}/reports/runs/*",), "a failed run's summary.json"),
+        Grant(("s3:GetObject",), ("{bucket}/reports/runs/*",), "an evaluated run's summary.json (EvaluateRun's)"),
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/reports/failures/*",),
+            "the summary.json of a run that ended before its evaluation (never an evaluated run's evidence)",
+        ),
         Grant(("kms:Decrypt", "kms:GenerateDataKey"), ("{key}",), "reads and writes SSE-KMS objects", VIA_S3),
         Grant(
             ("states:GetExecutionHistory",),
@@ -538,6 +581,23 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             ("cloudformation:DescribeStacks",),
             ("arn:{partition}:cloudformation:{region}:{account}:stack/{stack_name}/*",),
             "`--stack` finds the bucket, the ledger and the state machine in the stack's outputs",
+        ),
+    ),
+}
+
+
+DENIALS: dict[str, tuple[Grant, ...]] = {
+    "IntakeFunction": (
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/reports/runs/*",),
+            "it decodes untrusted images with Pillow: taken over, it still cannot write a run's evidence",
+        ),
+        Grant(
+            ("dynamodb:*",),
+            ("{ledger}",),
+            "the same: it cannot take, hold or free the run lock, whatever an Allow says",
+            ("ForAnyValue:StringEquals:dynamodb:LeadingKeys={lock}",),
         ),
     ),
 }

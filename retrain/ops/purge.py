@@ -36,7 +36,7 @@ from functions.common.errors import ObjectGoneError, RetrainError
 from functions.data.ledger import Ledger
 from functions.data.ledger_batches import PURGE_HOLDER_PREFIX
 from functions.data.models import BatchStatus, FileRecord, LockRecord, ObjectVersion, PairRecord
-from functions.data.reports import write_report
+from functions.data.reports import REPORT_JSON, REPORT_MARKDOWN, write_report
 from functions.data.storage import DataBucket, DeleteRefusedError
 from functions.validation import Role
 from retrain.ops.audit import object_sha256
@@ -535,6 +535,11 @@ class Purger:
         folder = prefixes.report_key(batch, "")
         self.forget()
         self.delete(v for v in self._listing(folder) if not v.latest)
+        # Where the report was before batch reports had a folder of their own: every version goes.
+        # Only those two keys, never the folder: `reports/<batch>/` of a batch named `runs` is
+        # every run's evidence.
+        legacy = [prefixes.legacy_report_key(batch, name) for name in (REPORT_JSON, REPORT_MARKDOWN)]
+        self.delete(v for key in legacy for v in self._listing(key) if v.key == key)
         return folder
 
 

@@ -145,7 +145,8 @@ def needs(call: Call, *, region: str, account: str, key_arn: str) -> list[Need]:
                 # Answered 404, not 403, because the caller may list the bucket.
                 found.append(Need("s3:ListBucket", bucket))
         elif operation in {"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"}:
-            found += [Need("s3:PutObject", obj), Need("kms:GenerateDataKey", key_arn, via_s3)]
+            conditional = {"s3:if-none-match": params["IfNoneMatch"]} if params.get("IfNoneMatch") else {}
+            found += [Need("s3:PutObject", obj, conditional), Need("kms:GenerateDataKey", key_arn, via_s3)]
         elif operation in {"CopyObject", "UploadPartCopy"}:
             source = params["CopySource"]
             if isinstance(source, str):
@@ -186,7 +187,8 @@ def needs(call: Call, *, region: str, account: str, key_arn: str) -> list[Need]:
             resource = table(params["TableName"])
             if params.get("IndexName"):
                 resource += f"/index/{params['IndexName']}"
-            return [Need(f"dynamodb:{operation}", resource)]
+            leading = _leading_key(params)
+            return [Need(f"dynamodb:{operation}", resource, {"dynamodb:LeadingKeys": [leading]} if leading else {})]
         if operation == "TransactWriteItems":
             kinds = {
                 "Put": "PutItem",
@@ -277,3 +279,19 @@ def needs(call: Call, *, region: str, account: str, key_arn: str) -> list[Need]:
     if service == "sts" and operation == "AssumeRole":
         return [Need("sts:AssumeRole", params["RoleArn"])]
     raise UnmodelledCallError(f"{service}.{operation}")
+
+
+def _leading_key(params: dict[str, Any]) -> str | None:
+    """The partition key value of an item or Query of the ledger's table (`pk`), as IAM's
+    `dynamodb:LeadingKeys` sees it; None where this cannot tell (an index, a Scan)."""
+    if params.get("IndexName"):
+        return None
+    item = params.get("Key") or params.get("Item") or {}
+    if "pk" in item:
+        return str(item["pk"]["S"])
+    condition = params.get("KeyConditionExpression", "")
+    for clause in condition.split(" AND "):
+        name, _, value = (part.strip() for part in clause.partition("="))
+        if name == "pk" and value in params.get("ExpressionAttributeValues", {}):
+            return str(params["ExpressionAttributeValues"][value]["S"])
+    return None

@@ -61,10 +61,10 @@ def test_a_drop_closed_by_its_marker_is_reported_frozen_and_trained_once(
         assert entry.image_version_id == head["VersionId"], "the manifest pins the curated bytes"
         assert entry.split == split_for(entry.image_sha256, 0.1)
         assert sum(entry.class_pixels.values()) > 0
-    report = json.loads(read(data_stack, "reports/munich-12/report.json"))
+    report = json.loads(read(data_stack, "reports/batches/munich-12/report.json"))
     assert report["status"] == "closed" and report["closed_by"] == "marker"
     assert report["accepted"] == [f"scene-{i}" for i in WITH_VALIDATION]
-    assert "# Batch munich-12" in read(data_stack, "reports/munich-12/report.md").decode()
+    assert "# Batch munich-12" in read(data_stack, "reports/batches/munich-12/report.md").decode()
     # The run's last state released the lock and looked for new data (there was none).
     (trigger_after_run,) = [
         i for i in data_stack.runtime.invocations if "Trigger" in i.function and i.payload["released"]
@@ -86,7 +86,7 @@ def test_a_drop_without_a_marker_is_closed_by_the_sweeper_after_its_quiet_period
 
     assert swept.payload["closed"] == ["no-marker"]
     wait_until(lambda: len(executions(data_stack)) == 1, message="one run started")
-    report = json.loads(read(data_stack, "reports/no-marker/report.json"))
+    report = json.loads(read(data_stack, "reports/batches/no-marker/report.json"))
     assert report["closed_by"] == "quiet period"
 
 
@@ -104,7 +104,7 @@ def test_an_image_whose_label_never_came_is_quarantined_as_incomplete(
     (record,) = [r for r in fates(data_stack).values() if r["key"].endswith("lonely.jpg")]
     assert record["status"] == "quarantined"
     assert record["reasons"][0]["code"] == "missing_label"
-    report = json.loads(read(data_stack, "reports/b9/report.json"))
+    report = json.loads(read(data_stack, "reports/batches/b9/report.json"))
     assert report["pairs"] == {"incomplete": 1}
     assert_every_upload_accounted_for_once(data_stack)
 

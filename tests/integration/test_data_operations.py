@@ -142,6 +142,10 @@ def test_an_erased_pair_is_gone_from_every_zone_version_manifest_and_the_ledger(
     image = "incoming/munich/images/scene-0.jpg"
     assert versions(data_stack, image) == set(), "the landing zone keeps no version it judged"
     assert all("images/munich/scene-0.jpg" in manifest_images(data_stack, v) for v in both)
+    # Where a stack deployed before issue 28 kept the batch's report: it names the file too.
+    legacy = ("reports/munich/report.json", "reports/munich/report.md")
+    for key in legacy:
+        data_stack.aws.s3.put_object(Bucket=data_stack.ref("DataBucket"), Key=key, Body=b"scene-0.jpg rejected")
 
     with operator_calls(monkeypatch) as calls:
         result = cli(data_stack, "purge", image, "--json")
@@ -170,9 +174,10 @@ def test_an_erased_pair_is_gone_from_every_zone_version_manifest_and_the_ledger(
         (erasure,) = record["erasures"]
         assert [e["image"] for e in erasure["entries"]] == ["images/munich/scene-0.jpg"]
         assert erasure["erased_at"].startswith(report["at"][:10])
-    batch_report = json.loads(read(data_stack, "reports/munich/report.json"))
+    batch_report = json.loads(read(data_stack, "reports/batches/munich/report.json"))
     assert batch_report["accepted"] == ["scene-1", "scene-2", "scene-3"], "the batch report was not rewritten"
-    assert len(versions(data_stack, "reports/munich/report.json")) == 1
+    assert len(versions(data_stack, "reports/batches/munich/report.json")) == 1
+    assert [key for key in legacy if versions(data_stack, key)] == [], "the report's old place still names it"
     assert read(data_stack, "dataset/images/munich/scene-1.jpg"), "a neighbour was erased"
     assert first[0] in both, "the first run's dataset version is gone"
     assert_every_upload_accounted_for_once(data_stack, erased=lambda key: "/scene-0." in key)

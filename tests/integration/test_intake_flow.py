@@ -243,7 +243,7 @@ def test_a_message_that_keeps_failing_ends_in_the_dead_letter_queue(stack: Offli
 
 
 def test_objects_outside_the_landing_zone_trigger_nothing(stack: OfflineStack) -> None:
-    stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key="reports/b1/report.json", Body=b"{}")
+    stack.aws.s3.put_object(Bucket=stack.ref("DataBucket"), Key="reports/batches/b1/report.json", Body=b"{}")
 
     drain(stack)
 

@@ -21,6 +21,7 @@ from tests.integration.aws_calls import CallRecorder, needs
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import Pair, bad_label, scene, upload, upload_pair
 from tests.integration.runs import drop_with_validation, run_to_end
+from tests.unit.test_permissions import EVIDENCE_SIDS
 
 pytestmark = pytest.mark.slow(seconds=15)  # the longest test here, on 2 cores
 
@@ -55,9 +56,16 @@ NOT_REACHED = {
     ("EvaluateRunFunction", "sagemaker:CreateModelPackage", "{model_package_group}"): (
         "the group ARN is authorised for AWS's check of the group; the call names the new package's ARN"
     ),
-    ("NotifyFunction", "s3:PutObject", "{bucket}/reports/runs/*"): "a failed run's summary.json (this run succeeds)",
+    (
+        "NotifyFunction",
+        "s3:PutObject",
+        "{bucket}/reports/failures/*",
+    ): "a failed run's summary.json (this run succeeds)",
     ("NotifyFunction", "states:GetExecutionHistory", "{executions}"): "the same: which state the failed run failed at",
     ("EvaluateRunFunction", "dynamodb:GetItem", "{ledger}"): "a batch held by screening: its report is rewritten",
+    ("EvaluateRunFunction", "s3:PutObject", "{bucket}/reports/batches/*"): "the same: the held batch's report",
+    ("EvaluateRunFunction", "s3:GetObject", "{bucket}/models/packages/*"): "a retry that finds its model sealed",
+    ("EvaluateRunFunction", "s3:GetObject", "{bucket}/reports/failures/*"): "an earlier failed run, in the history",
     ("EvaluateRunFunction", "dynamodb:Query", "{ledger}"): "the same: the held batch's files and pairs are read",
     ("TrainingJobFunction", "dynamodb:Query", "{ledger}/index/state"): "the safety poll (its schedule is not played)",
     ("TrainingJobFunction", "states:SendTaskFailure", "*"): "a job that failed or was stopped",
@@ -99,14 +107,21 @@ def test_every_call_is_granted_and_every_grant_is_used(monkeypatch: pytest.Monke
 
     body = load_template(options.template).body
     (resolver,) = resolvers
-    statements = {logical_id: iam.statements_of(body, logical_id, resolver) for logical_id in FUNCTION_PLACEHOLDERS}
+    # The bucket policy's evidence statements too: conditional, so moto leaves them out offline.
+    evidence = iam.bucket_policy_denials(body, resolver, EVIDENCE_SIDS)
+    statements = {
+        logical_id: [*iam.statements_of(body, logical_id, resolver), *evidence] for logical_id in FUNCTION_PLACEHOLDERS
+    }
     observed: dict[str, list[iam.Need]] = defaultdict(list)
     denied = []
     for call in calls:
         logical_id = logical_ids[call.function]
+        role = f"arn:aws:iam::{account}:role/{resolver.stack_name}-{logical_id}Role-AbCdEf012345"
         for need in needs(call, region=region, account=account, key_arn=key_arn):
             observed[logical_id].append(need)
-            if not iam.allowed(statements[logical_id], need):
+            if not iam.allowed(
+                statements[logical_id], iam.Need(need.action, need.resource, {**need.context, "aws:PrincipalArn": role})
+            ):
                 denied.append(f"{logical_id}: {call.service}.{call.operation} needs {need}")
     assert sorted(set(denied)) == [], "calls the template's statements do not allow (they would fail on AWS)"
 

@@ -109,7 +109,7 @@ def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_t
     assert email["Subject"].startswith("Retraining stopped"), email["Subject"]
     assert "an operator stopped it" in email["Message"], email["Message"]
     assert "Wait for the training job to end" in email["Message"], email["Message"]
-    summary = read_json(stack, f"reports/runs/{run['name']}/summary.json")
+    summary = read_json(stack, f"reports/failures/{run['name']}/summary.json")
     assert summary["outcome"] == "stopped"
 
 
@@ -168,7 +168,7 @@ def test_a_cancel_is_cleaned_up_once_with_or_without_run_ended(stack: OfflineSta
     emails += inbox.receive(wait_seconds=3)  # a second message would be here by now
     assert len(emails) == 1 and emails[0]["Subject"].startswith("Retraining stopped"), "told once"
     assert "cancelled by ops" in emails[0]["Message"], emails[0]["Message"]
-    summary = read_json(stack, f"reports/runs/{run['name']}/summary.json")
+    summary = read_json(stack, f"reports/failures/{run['name']}/summary.json")
     assert summary["outcome"] == "stopped" and "cancelled by ops" in summary["cause"]
 
 

@@ -64,8 +64,19 @@ class FakeS3:
 
     # Called with boto3's keyword arguments (Bucket, Key, Body, ...), as the logic calls the client.
     def put_object(self, **request: Any) -> dict[str, Any]:
+        if request.get("IfNoneMatch") == "*" and self.objects.get((request["Bucket"], request["Key"])):
+            raise ClientError(
+                {
+                    "Error": {
+                        "Code": "PreconditionFailed",
+                        "Message": "At least one of the pre-conditions you specified did not hold",
+                    }
+                },
+                "PutObject",
+            )
         version = f"v{next(self._versions)}"
-        data = request["Body"].encode() if isinstance(request["Body"], str) else request["Body"]
+        data = request["Body"]
+        data = data.encode() if isinstance(data, str) else data.read() if hasattr(data, "read") else data
         self.objects.setdefault((request["Bucket"], request["Key"]), []).append(
             (version, data, request.get("ContentType"))
         )

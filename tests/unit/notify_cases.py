@@ -18,7 +18,9 @@ CLASSES = ("road", "sidewalk", "building", "vegetation", "sky", "person", "car")
 
 
 def _artifacts(*, report: bool = True) -> RunArtifacts:
-    folder = f"s3://{BUCKET}/reports/runs/{RUN}/"
+    """An evaluated run's (reports/runs/<run>/), or without a report one that failed before its
+    evaluation (reports/failures/<run>/, where NotifyFunction writes its summary)."""
+    folder = f"s3://{BUCKET}/reports/{'runs' if report else 'failures'}/{RUN}/"
     return RunArtifacts(
         folder=folder,
         summary=f"{folder}summary.json",
@@ -218,7 +220,7 @@ def links_for(summary: RunSummary) -> RunLinks:
     return run_links(
         region=REGION,
         bucket=BUCKET,
-        run=summary.run,
+        folder=summary.artifacts.folder.removeprefix(f"s3://{BUCKET}/"),
         job_name=summary.job.name if summary.job else None,
         execution_arn=summary.execution_arn,
         report_key=f"reports/runs/{RUN}/report.html" if summary.artifacts.report else None,

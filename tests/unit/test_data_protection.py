@@ -157,6 +157,9 @@ def test_the_readers_the_deployer_names_read_the_images_and_nobody_else(body: di
     assert iam.denied_by(named, ADMIN, image)
 
 
+WRITTEN_ONCE = {"s3:if-none-match": "*"}
+
+
 def test_every_role_the_permissions_send_to_the_images_gets_there_and_no_other(body: dict[str, Any]) -> None:
     """The bucket policy's exemptions and retrain/ops/permissions.py agree: whatever a role is
     granted under the protected prefixes, the Deny lets it do from outside the endpoint; a role
@@ -165,8 +168,12 @@ def test_every_role_the_permissions_send_to_the_images_gets_there_and_no_other(b
     ours = bucket(body)
     for logical_id in roles(body):
         principal = stack_role(body, logical_id)
+        # Writes of the approval evidence are always conditional (EvidenceIsWrittenOnce, tested
+        # in test_permissions.py): here the question is only where a request may come from.
         needs = [
-            iam.Need(action, resource.format(bucket=ours).replace("*", "x"))
+            iam.Need(
+                action, resource.format(bucket=ours).replace("*", "x"), WRITTEN_ONCE if action == "s3:PutObject" else {}
+            )
             for grant in PERMISSIONS[logical_id]
             for action in grant.actions
             if action.startswith("s3:") and "Object" in action

@@ -95,7 +95,7 @@ def test_the_first_model_that_learned_is_accepted_its_reports_published_and_its_
     assert summary["artifacts"]["weights"] == f"s3://{BUCKET}/models/runs/{RUN}/model.pt"
     assert s3.read(BUCKET, f"models/runs/{RUN}/model.pt") == WEIGHTS, "the next run starts from these"
     accepted = s3.json(BUCKET, "models/accepted.json")
-    assert (accepted["run"], accepted["model_uri"]) == (RUN, f"s3://{BUCKET}/{MODEL_KEY}")
+    assert (accepted["run"], accepted["model_uri"]) == (RUN, f"s3://{BUCKET}/models/packages/{RUN}/model.tar.gz")
     assert s3.json(BUCKET, f"reports/runs/{RUN}/metrics.json")["miou"] == 0.61
 
 

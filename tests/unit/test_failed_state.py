@@ -99,7 +99,7 @@ def test_the_team_is_told_at_which_state_the_run_failed_and_its_summary_says_so(
     assert notified.subject == f"Retraining failed at Check the FSx import - {RUN}"
     assert sns.published[0]["Subject"] == notified.subject
     summary = RunSummary.model_validate_json(
-        s3.get_object(Bucket=BUCKET, Key=f"reports/runs/{RUN}/summary.json")["Body"].read()
+        s3.get_object(Bucket=BUCKET, Key=f"reports/failures/{RUN}/summary.json")["Body"].read()
     )
     assert (summary.outcome, summary.failed_state, summary.error) == (
         "failed",
@@ -134,5 +134,5 @@ def test_a_history_that_cannot_be_read_still_tells_the_team() -> None:
         notified = notifier(sfn, s3, sns).notify(failed_request(), now=WHEN)
 
     assert notified.outcome == "failed" and len(sns.published) == 1
-    summary = json.loads(s3.get_object(Bucket=BUCKET, Key=f"reports/runs/{RUN}/summary.json")["Body"].read())
+    summary = json.loads(s3.get_object(Bucket=BUCKET, Key=f"reports/failures/{RUN}/summary.json")["Body"].read())
     assert summary["failed_state"] == "unknown"

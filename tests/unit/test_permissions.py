@@ -300,13 +300,13 @@ def test_only_the_release_role_may_write_or_delete_the_trainer_whatever_s3_right
     }
 
     for who, principal in others.items():
-        assert iam.allowed(denials, _code_write(resolver, action, principal, key)), f"{who} is not denied {action}"
-    assert not iam.allowed(denials, _code_write(resolver, action, release_role, key)), "the release path is denied"
+        assert iam.denied(denials, _code_write(resolver, action, principal, key)), f"{who} is not denied {action}"
+    assert not iam.denied(denials, _code_write(resolver, action, release_role, key)), "the release path is denied"
     # Nothing else: the training role still reads the code, and writes its output elsewhere (as
     # the role CloudFormation names, which the data-protection statements recognise).
     training_role = iam.role_arn("TrainingRole", "AWS::IAM::Role")
-    assert not iam.allowed(denials, _code_write(resolver, "s3:GetObject", training_role, key))
-    assert not iam.allowed(denials, _code_write(resolver, action, training_role, "training/job/output/model.tar.gz"))
+    assert not iam.denied(denials, _code_write(resolver, "s3:GetObject", training_role, key))
+    assert not iam.denied(denials, _code_write(resolver, action, training_role, "training/job/output/model.tar.gz"))
 
 
 @pytest.mark.parametrize(
@@ -335,3 +335,131 @@ def test_who_may_release_is_the_accounts_iam_or_the_named_releasers(
     (statement,) = trust["Statement"]
     assert statement["Principal"] == {"AWS": f"arn:aws:iam::{iam.ACCOUNT}:root"}, "this account's principals only"
     assert statement.get("Condition") == condition
+
+
+# ------------------------------------------- the evidence behind an approval (issue 28) --
+RUN = "ds-20261203-091500-4f1c2a9b"
+EVIDENCE_SIDS = ("OnlyTheEvaluationWritesRunEvidence", "EvidenceIsWrittenOnce", "EvidenceIsNeverDeleted")
+
+
+def _principal_arn(body: dict[str, Any], logical_id: str) -> str:
+    """Who a principal's requests come from, as `aws:PrincipalArn` names it on AWS."""
+    kind = body["Resources"][logical_id]["Type"]
+    if kind.startswith("AWS::Serverless::"):  # SAM names the role it makes `<stack>-<id>Role-<suffix>`
+        return f"arn:aws:iam::{iam.ACCOUNT}:role/{iam.STACK}-{logical_id}Role-AbCdEf012345"
+    if kind == "AWS::IAM::ManagedPolicy":  # attached to the annotation teams' users
+        return f"arn:aws:iam::{iam.ACCOUNT}:user/annotator"
+    return str(iam.fake_resolver(body).resolve({"Fn::GetAtt": [logical_id, "Arn"]}))
+
+
+def _as(body: dict[str, Any], logical_id: str, action: str, key: str, **context: Any) -> bool:
+    """May `logical_id` do `action` on the data bucket's `key`: its own statements and the bucket
+    policy's evidence statements together, as S3 decides for a principal of the same account."""
+    resolver = iam.fake_resolver(body)
+    statements = iam.statements_of(body, logical_id, resolver)
+    statements += iam.bucket_policy_denials(body, resolver, EVIDENCE_SIDS)
+    bucket = iam.placeholders(body, resolver)["bucket"]
+    need = iam.Need(action, f"{bucket}/{key}", {"aws:PrincipalArn": _principal_arn(body, logical_id), **context})
+    return iam.allowed(statements, need)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        f"reports/runs/{RUN}/metrics.json",
+        f"reports/runs/{RUN}/summary.json",
+        f"models/packages/{RUN}/model.tar.gz",
+    ],
+)
+def test_only_the_evaluation_may_write_a_runs_evidence_or_a_sealed_model(body: dict[str, Any], key: str) -> None:
+    writers = {
+        logical_id
+        for logical_id in PERMISSIONS
+        if _as(body, logical_id, "s3:PutObject", key, **{"s3:if-none-match": "*"})
+    }
+
+    assert writers == {"EvaluateRunFunction"}, f"{key} may be written by {sorted(writers)}"
+
+
+def test_a_later_job_cannot_overwrite_or_remove_the_registered_models_artifact(body: dict[str, Any]) -> None:
+    sealed = f"models/packages/{RUN}/model.tar.gz"
+
+    assert _as(body, "TrainingRole", "s3:PutObject", "training/retrain-job-2/output/model.tar.gz")
+    assert not _as(body, "TrainingRole", "s3:PutObject", sealed, **{"s3:if-none-match": "*"})
+    assert not _as(body, "TrainingRole", "s3:DeleteObject", sealed)
+    assert _as(body, "EvaluateRunFunction", "s3:PutObject", sealed, **{"s3:if-none-match": "*"})
+    assert not _as(body, "EvaluateRunFunction", "s3:PutObject", sealed), "only a write that cannot replace"
+
+
+def test_the_metrics_a_package_pins_are_written_once_and_the_summary_as_often_as_needed(body: dict[str, Any]) -> None:
+    metrics, summary = f"reports/runs/{RUN}/metrics.json", f"reports/runs/{RUN}/summary.json"
+
+    assert _as(body, "EvaluateRunFunction", "s3:PutObject", metrics, **{"s3:if-none-match": "*"})
+    assert not _as(body, "EvaluateRunFunction", "s3:PutObject", metrics)
+    assert _as(body, "EvaluateRunFunction", "s3:PutObject", summary), "rewritten after the commit point"
+
+
+def test_not_even_an_administrator_rewrites_the_evidence_or_deletes_a_sealed_model(body: dict[str, Any]) -> None:
+    resolver = iam.fake_resolver(body)
+    bucket = iam.placeholders(body, resolver)["bucket"]
+    administrator = [iam.Statement(("s3:*",), ("*",)), *iam.bucket_policy_denials(body, resolver, EVIDENCE_SIDS)]
+    who = {"aws:PrincipalArn": f"arn:aws:iam::{iam.ACCOUNT}:role/Admin", "s3:if-none-match": "*"}
+
+    def may(action: str, key: str) -> bool:
+        return iam.allowed(administrator, iam.Need(action, f"{bucket}/{key}", who))
+
+    assert may("s3:PutObject", "reports/batches/munich/report.md"), "the statements deny only the evidence"
+    assert not may("s3:PutObject", f"reports/runs/{RUN}/metrics.json")
+    assert not may("s3:PutObject", f"models/packages/{RUN}/model.tar.gz")
+    assert not may("s3:DeleteObject", f"models/packages/{RUN}/model.tar.gz")
+    assert not may("s3:DeleteObjectVersion", f"models/packages/{RUN}/model.tar.gz")
+
+
+def _ledger_need(body: dict[str, Any], action: str, partition: str) -> iam.Need:
+    ledger = iam.placeholders(body, iam.fake_resolver(body))["ledger"]
+    return iam.Need(action, ledger, {"dynamodb:LeadingKeys": [partition]})
+
+
+def test_the_decoder_cannot_touch_the_run_lock_or_write_run_reports(body: dict[str, Any]) -> None:
+    from functions.data.ledger_batches import LOCK_PK  # noqa: PLC0415
+
+    intake = resolved(body, "IntakeFunction")
+
+    for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"):
+        assert iam.allowed(intake, _ledger_need(body, action, "batch#munich")), action
+        assert iam.allowed(intake, _ledger_need(body, action, "content#" + "ab" * 32)), action
+        assert not iam.allowed(intake, _ledger_need(body, action, LOCK_PK)), f"{action} on the run lock"
+        assert not iam.allowed(intake, _ledger_need(body, action, "run#ds-1")), f"{action} on a run's record"
+    assert _as(body, "IntakeFunction", "s3:PutObject", "reports/batches/runs/report.json"), "a batch named runs"
+    assert not _as(body, "IntakeFunction", "s3:PutObject", f"reports/runs/{RUN}/metrics.json")
+
+
+def test_a_wider_allow_for_the_decoder_still_leaves_the_lock_and_run_reports_refused(body: dict[str, Any]) -> None:
+    from functions.data.ledger_batches import LOCK_PK  # noqa: PLC0415
+
+    broken = copy.deepcopy(body)
+    for statement in _statements(broken, "IntakeFunction"):
+        if statement["Effect"] == "Allow" and statement.get("Condition", {}).get("ForAllValues:StringLike"):
+            del statement["Condition"]  # the ledger, every partition
+    _statements(broken, "IntakeFunction").append(
+        {
+            "Effect": "Allow",
+            "Action": "s3:PutObject",
+            "Resource": {"Fn::Sub": "arn:${AWS::Partition}:s3:::${DataBucket}/reports/*"},
+        }
+    )
+    intake = resolved(broken, "IntakeFunction")
+    bucket = iam.placeholders(broken, iam.fake_resolver(broken))["bucket"]
+
+    assert iam.allowed(intake, _ledger_need(broken, "dynamodb:PutItem", "run#ds-1")), "the copy is wider"
+    assert not iam.allowed(intake, _ledger_need(broken, "dynamodb:PutItem", LOCK_PK))
+    assert not iam.allowed(intake, iam.Need("s3:PutObject", f"{bucket}/reports/runs/{RUN}/metrics.json"))
+    assert any("IntakeFunction: grants" in p for p in iam.check_template(broken, iam.fake_resolver(broken)))
+
+
+def test_the_denied_lock_is_the_one_the_code_takes(body: dict[str, Any]) -> None:
+    from functions.data.ledger_batches import LOCK_PK  # noqa: PLC0415
+
+    denied = [s for s in resolved(body, "IntakeFunction") if s.effect == "Deny" and "dynamodb:*" in s.actions]
+
+    assert [s.conditions for s in denied] == [{"ForAnyValue:StringEquals": {"dynamodb:LeadingKeys": LOCK_PK}}]

@@ -49,9 +49,9 @@ def test_a_held_batch_is_recorded_with_its_reasons_and_its_report_says_so(aws: t
     assert changes.held == {"team-b": ["team-b: why"]} and changes.trusted == []
     record = keeper.ledger.trust("team-b")
     assert record is not None and (record.trust, record.run, record.by) == (Trust.HELD, "run-1", "screening")
-    report = keeper.bucket.get_json("reports/team-b/report.json")
+    report = keeper.bucket.get_json("reports/batches/team-b/report.json")
     assert report["trust"]["trust"] == "held" and report["trust"]["reasons"] == ["team-b: why"]
-    markdown = s3.get_object(Bucket=BUCKET, Key="reports/team-b/report.md")["Body"].read().decode()
+    markdown = s3.get_object(Bucket=BUCKET, Key="reports/batches/team-b/report.md")["Body"].read().decode()
     assert "## Held: left out of training" in markdown and "retrain data release team-b" in markdown
 
 

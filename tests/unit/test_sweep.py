@@ -92,4 +92,16 @@ def test_a_batch_closed_by_its_marker_is_reported_and_the_trigger_asked_to_look(
     intake_at.intake.finish()
 
     assert kicks == ["batch closed"]
-    assert "reports/munich/report.json" in [key for key, _ in intake_at.versions("reports/")]
+    assert "reports/batches/munich/report.json" in [key for key, _ in intake_at.versions("reports/")]
+
+
+def test_a_batch_named_runs_is_reported_among_the_batches_never_among_the_runs_evidence(intake_at: Harness) -> None:
+    event = intake_at.upload("incoming/runs/images/street.jpg", scene(1).image)
+    assert intake_at.intake.process(event) is FileStatus.PENDING
+
+    assert intake_at.intake.process(intake_at.upload("incoming/runs/_COMPLETE", b"")) is FileStatus.MARKER
+    intake_at.intake.finish()
+
+    written = [key for key, _ in intake_at.versions("reports/")]
+    assert "reports/batches/runs/report.json" in written
+    assert not [key for key in written if key.startswith("reports/runs/")], "only EvaluateRun writes there"

@@ -29,7 +29,7 @@ def test_a_failed_run_is_told_with_its_cause_and_leaves_a_summary(deployed: Offl
     assert '"errorType"' not in message["Message"], "the cause in words, not the Lambda's JSON"
     assert message["MessageAttributes"]["outcome"]["Value"] == "failed"
     assert notified["slack"] == {"delivered": True, "skipped": None, "status": 200, "attempts": 1, "error": None}
-    key = "reports/runs/ds-20261203-091500-4f1c2a9b/summary.json"
+    key = "reports/failures/ds-20261203-091500-4f1c2a9b/summary.json"
     summary = json.loads(deployed.aws.s3.get_object(Bucket=deployed.ref("DataBucket"), Key=key)["Body"].read())
     assert (summary["outcome"], summary["error"], summary["failed_state"]) == (
         "failed",
