@@ -46,6 +46,11 @@ def running_run(stack: OfflineStack) -> dict[str, Any]:
     return run
 
 
+def lock_is_free(stack: OfflineStack) -> bool:
+    key = {"pk": {"S": "lock#retrain"}, "sk": {"S": "lock"}}
+    return "Item" not in stack.aws.dynamodb.get_item(TableName=stack.ref("LedgerTable"), Key=key)
+
+
 def job_status(stack: OfflineStack, name: str) -> str:
     return str(stack.aws.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"])
 
@@ -95,16 +100,7 @@ def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_t
     stack.aws.stepfunctions.stop_execution(executionArn=run["executionArn"], cause="an operator stopped it")
 
     wait_until(lambda: job_status(stack, job) in {"Stopping", "Stopped"}, timeout=120, message="the job to stop")
-    wait_until(
-        lambda: (
-            "Item"
-            not in stack.aws.dynamodb.get_item(
-                TableName=stack.ref("LedgerTable"), Key={"pk": {"S": "lock#retrain"}, "sk": {"S": "lock"}}
-            )
-        ),
-        timeout=120,
-        message="the lock to be free",
-    )
+    wait_until(lambda: lock_is_free(stack), timeout=120, message="the lock to be free")
     (email,) = inbox.receive(wait_seconds=5)
     assert email["Subject"].startswith("Retraining stopped"), email["Subject"]
     assert "an operator stopped it" in email["Message"], email["Message"]
@@ -136,11 +132,6 @@ def cancel(stack: OfflineStack, run: str, job_timeout: float) -> CancelOutcome:
     return runs.cancel(
         run, sagemaker=aws.sagemaker, ledger=ledger, notifier=notifier, who="ops", job_timeout=job_timeout
     )
-
-
-def lock_is_free(stack: OfflineStack) -> bool:
-    key = {"pk": {"S": "lock#retrain"}, "sk": {"S": "lock"}}
-    return "Item" not in stack.aws.dynamodb.get_item(TableName=stack.ref("LedgerTable"), Key=key)
 
 
 @pytest.mark.parametrize("run_ended_hears", [True, False], ids=["by RunEndedFunction", "without its event"])
@@ -194,16 +185,7 @@ def test_a_run_past_the_state_machines_timeout_stops_its_job_tells_the_team_and_
     assert ended["status"] == "TIMED_OUT", ended
     (job,) = job_names(stack)
     wait_until(lambda: job_status(stack, job) in {"Stopping", "Stopped"}, timeout=120, message="the job to stop")
-    wait_until(
-        lambda: (
-            "Item"
-            not in stack.aws.dynamodb.get_item(
-                TableName=stack.ref("LedgerTable"), Key={"pk": {"S": "lock#retrain"}, "sk": {"S": "lock"}}
-            )
-        ),
-        timeout=120,
-        message="the lock to be free",
-    )
+    wait_until(lambda: lock_is_free(stack), timeout=120, message="the lock to be free")
     (email,) = inbox.receive(wait_seconds=5)
     assert email["Subject"].startswith("Retraining failed"), email["Subject"]
     assert "TimeoutSeconds" in email["Message"], email["Message"]
