@@ -72,7 +72,7 @@ def test_a_replaced_trainer_is_refused_with_the_reason_and_trains_again_once_rel
         "Release the lock after the failure",
         "Run failed",
     ]
-    summary = RunSummary.model_validate(read_json(stack, f"reports/runs/{refused['name']}/summary.json"))
+    summary = RunSummary.model_validate(read_json(stack, f"reports/failures/{refused['name']}/summary.json"))
     assert (summary.failed_state, summary.error) == ("Start training", "TrainerCodeMismatchError")
     assert summary.code_archive_sha256 == released.sha256
     (email,) = inbox.receive(wait_seconds=5)
