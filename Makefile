@@ -6,23 +6,38 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TOOLS := .tools
 # Tools that are not the project's dependencies, each in its own environment under .tools/
-# (aws-sam-cli pins an older boto3 than ours; checkov pins much of its own). A stamp named after
-# the pinned version marks an install: changing a pin reinstalls that tool, nothing else does.
+# (aws-sam-cli pins an older boto3 than ours; checkov pins much of its own; the SageMaker SDK v2
+# pins attrs, packaging, protobuf, rich and more). A stamp named after the pinned version marks an
+# install: changing a pin reinstalls that tool, nothing else does.
 ASL_VALIDATOR_VERSION := 4.0.0
 SAM_CLI_VERSION := 1.170.0
 CHECKOV_VERSION := 3.3.30
+SAGEMAKER_SDK_VERSION := 2.257.7
 ASL_VALIDATOR := $(TOOLS)/node_modules/.bin/asl-validator
 SAM := $(TOOLS)/sam/bin/sam
 CHECKOV := $(TOOLS)/checkov/bin/checkov
+SAGEMAKER_SDK := $(TOOLS)/sagemaker-sdk
 ASL_VALIDATOR_STAMP := $(TOOLS)/.asl-validator-$(ASL_VALIDATOR_VERSION)
 SAM_STAMP := $(TOOLS)/sam/.installed-$(SAM_CLI_VERSION)
 CHECKOV_STAMP := $(TOOLS)/checkov/.installed-$(CHECKOV_VERSION)
+SAGEMAKER_SDK_STAMP := $(SAGEMAKER_SDK)/.installed-$(SAGEMAKER_SDK_VERSION)
+# The tests that compare our CreateTrainingJob request and image tables with the SDK's own.
+SDK_PARITY_TESTS := tests/unit/training_job/test_sdk_parity.py tests/unit/training_job/test_images.py
+# The default training image's torch and Python (functions/training_job/images.py; a unit test
+# keeps them equal): the trainer's tests run under it too, in .tools/torch-<version>. PyPI has
+# only CUDA builds of torch for Linux x86_64, so that environment is about 6.4 GB.
+IMAGE_TORCH_VERSION := 2.8.0
+IMAGE_PYTHON_VERSION := 3.12
+IMAGE_TORCH := $(TOOLS)/torch-$(IMAGE_TORCH_VERSION)
+IMAGE_TORCH_STAMP := $(IMAGE_TORCH)/.installed
+# The trainer's tests, and the check that every module imports without the dev tools.
+IMAGE_TORCH_TESTS := tests/trainer tests/unit/test_declared_dependencies.py
 
 .DEFAULT_GOAL := help
-.PHONY: help venv tools run test test-slow test-all lint format typecheck pr bench stress-teardown statemachine validate-template sam-build package-trainer upload-trainer deploy lock clean
+.PHONY: help venv tools run test test-slow test-all test-sdk-parity test-trainer-image-torch lint format typecheck pr bench stress-teardown statemachine validate-template sam-build package-trainer upload-trainer deploy lock clean
 
 help: ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-25s %s\n", $$1, $$2}'
 
 # The environment is rebuilt only when the dependency declarations change (fast when present).
 $(STAMP): pyproject.toml constraints.txt
@@ -40,12 +55,24 @@ run: $(STAMP) ## Run the whole loop offline (moto + real functions + state machi
 # (each with its duration in the marker's reason) and run by `make test-slow`; CI runs both.
 test: $(STAMP) tools ## Run the tests (set-up included); the slow scenarios: make test-slow
 	$(BIN)/pytest -m "not slow"
+	$(MAKE) --no-print-directory test-sdk-parity
 
 test-slow: $(STAMP) tools ## Run the slow scenarios (end-to-end runs, large drops)
 	$(BIN)/pytest -m slow
 
 test-all: $(STAMP) tools ## Run every test, slow ones included
 	$(BIN)/pytest
+	$(MAKE) --no-print-directory test-sdk-parity
+
+# The parity tests import the SDK, so they run in its environment (the project's dependencies
+# resolved beside it, with pytest); in .venv they skip, naming this target.
+test-sdk-parity: $(SAGEMAKER_SDK_STAMP) ## Our training-job request and image tables against the SageMaker SDK v2's
+	$(SAGEMAKER_SDK)/bin/pytest -p no:cacheprovider $(SDK_PARITY_TESTS)
+
+# The trainer runs in AWS's image, on an older torch and another Python than .venv's: its tests
+# run there too. Only the runtime and test extras (no dev tools), other pins from constraints.txt.
+test-trainer-image-torch: $(IMAGE_TORCH_STAMP) ## The trainer's tests under the default training image's torch and Python
+	$(IMAGE_TORCH)/bin/pytest -p no:cacheprovider $(IMAGE_TORCH_TESTS)
 
 lint: $(STAMP) ## ruff lint and format check
 	$(BIN)/ruff check .
@@ -58,7 +85,7 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes
 typecheck: $(STAMP) ## mypy (strict) on the code that ships
 	$(BIN)/mypy functions retrain trainer
 
-pr: lint typecheck validate-template sam-build test test-slow ## Everything CI runs, before you open a pull request
+pr: lint typecheck validate-template sam-build test test-slow test-trainer-image-torch ## Everything CI runs, before you open a pull request
 
 bench: $(STAMP) ## Run the ratio benchmarks (prints name: value lines)
 	@for bench in benchmarks/bench_*.py; do echo "# $$bench"; $(BIN)/python $$bench || exit 1; done
@@ -84,7 +111,28 @@ $(CHECKOV_STAMP):
 	$(TOOLS)/checkov/bin/python -m pip install --quiet checkov==$(CHECKOV_VERSION)
 	@touch $@
 
-tools: $(ASL_VALIDATOR_STAMP) $(SAM_STAMP) $(CHECKOV_STAMP) ## Install sam, checkov and asl-validator under .tools/
+# Beside the SDK: the project (for its own dependencies; the tests import it from the work tree)
+# and pytest. Updated in place when pyproject.toml or the pin changes.
+$(SAGEMAKER_SDK_STAMP): pyproject.toml
+	@test -x $(SAGEMAKER_SDK)/bin/python || $(PYTHON) -m venv $(SAGEMAKER_SDK)
+	$(SAGEMAKER_SDK)/bin/python -m pip install --quiet --upgrade pip
+	$(SAGEMAKER_SDK)/bin/python -m pip install --quiet sagemaker==$(SAGEMAKER_SDK_VERSION) -e . pytest pytest-timeout
+	@rm -f $(SAGEMAKER_SDK)/.installed-* && touch $@
+
+# The image's Python: on PATH, else pyenv's (whose shim answers only for the selected version),
+# else $(PYTHON), said so (torch has wheels for both; the torch version is what matters most).
+IMAGE_PYTHON ?= $(or $(shell python$(IMAGE_PYTHON_VERSION) -c 'import sys; print(sys.executable)' 2>/dev/null),$(shell \
+  PYENV_VERSION=$$(pyenv latest $(IMAGE_PYTHON_VERSION) 2>/dev/null) python$(IMAGE_PYTHON_VERSION) -c 'import sys; print(sys.executable)' 2>/dev/null),$(PYTHON))
+$(IMAGE_TORCH_STAMP): pyproject.toml constraints.txt
+	@test -x $(IMAGE_TORCH)/bin/python || $(IMAGE_PYTHON) -m venv $(IMAGE_TORCH)
+	@$(IMAGE_TORCH)/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; v == "$(IMAGE_PYTHON_VERSION)" or print(f"note: no Python $(IMAGE_PYTHON_VERSION) here (the image has it): trainer tests under {v}")'
+	$(IMAGE_TORCH)/bin/python -m pip install --quiet --upgrade pip
+	grep -v '^torch==' constraints.txt > $(IMAGE_TORCH)/constraints.txt
+	$(IMAGE_TORCH)/bin/python -m pip install --quiet --no-cache-dir -c $(IMAGE_TORCH)/constraints.txt \
+	  torch==$(IMAGE_TORCH_VERSION) -e '.[local,trainer,test]'
+	@touch $@
+
+tools: $(ASL_VALIDATOR_STAMP) $(SAM_STAMP) $(CHECKOV_STAMP) $(SAGEMAKER_SDK_STAMP) ## Install sam, checkov, asl-validator and the SageMaker SDK under .tools/
 
 # The state machine is written in statemachine/retrain.asl.yaml (anchors: one Retry, one Catch);
 # SAM and every check read the JSON rendered from it, which a unit test keeps exactly in step.

@@ -25,10 +25,12 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from functions.training_job.debugger import PROFILER_REPORT, PROFILER_RULE_DEFAULTS
 from functions.training_job.errors import JobConfigFileError, JobConfigurationError
+from functions.training_job.images import DEFAULT_FRAMEWORK_VERSION, PYTORCH_PY_VERSIONS
 
 ENV_PREFIX = "TRAINING_JOB_"
 
@@ -115,8 +117,9 @@ class JobConfig(BaseModel):
 
     # --- the container: AWS's PyTorch training image unless image_uri names another ---
     image_uri: str | None = Field(default=None, min_length=1, max_length=255)
-    framework_version: str = "2.3.0"
-    py_version: str = "py311"
+    framework_version: str = DEFAULT_FRAMEWORK_VERSION
+    # AWS builds each image for one Python: when only the framework version is given, its Python.
+    py_version: str = PYTORCH_PY_VERSIONS[DEFAULT_FRAMEWORK_VERSION]
     # The sourcedir.tar.gz holding trainer/ (the run may name another) and its entry point.
     code_s3_uri: S3Uri | None = None
     entry_point: str = "train.py"
@@ -174,6 +177,15 @@ class JobConfig(BaseModel):
     rules: list[ProfilerRuleSpec] = Field(
         default_factory=lambda: [ProfilerRuleSpec(rule=rule) for rule in DEFAULT_RULES]
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _python_of_the_image(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("py_version") is None:
+            python = PYTORCH_PY_VERSIONS.get(values.get("framework_version", DEFAULT_FRAMEWORK_VERSION))
+            if python is not None:
+                return {**values, "py_version": python}
+        return values
 
     @field_validator("rules", mode="before")
     @classmethod

@@ -62,8 +62,8 @@ PYTORCH_TRAINING_ACCOUNTS: dict[str, str] = {
     "us-west-2": "763104351884",
 }
 
-# The training images this project can run on: torch >= 2.3 (the trainer uses nothing newer), each
-# with the one Python version AWS builds it for.
+# The training images this project can run on, oldest first, each with the one Python version AWS
+# builds it for. The trainer uses only torch APIs present since the oldest (2.3: SMDDP is in it).
 PYTORCH_PY_VERSIONS: dict[str, str] = {
     "2.3.0": "py311",
     "2.4.0": "py311",
@@ -72,6 +72,9 @@ PYTORCH_PY_VERSIONS: dict[str, str] = {
     "2.7.1": "py312",
     "2.8.0": "py312",
 }
+# A job runs the newest unless told otherwise; CI runs the trainer's tests under its torch too
+# (`make test-trainer-image-torch`, whose version a unit test keeps equal to this one).
+DEFAULT_FRAMEWORK_VERSION = "2.8.0"
 
 # Debugger's rule-evaluator registry per region (aws-facts.md; the SDK's debugger.json agrees).
 DEBUGGER_RULE_ACCOUNTS: dict[str, str] = {

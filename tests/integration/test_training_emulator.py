@@ -699,7 +699,7 @@ def test_more_hosts_than_this_machine_has_cores_fail_for_capacity(
 
 def test_smddp_fails_at_once_saying_it_cannot_run_here(offline: Callable[..., Offline]) -> None:
     aws = offline()
-    request = _request(distribution="smddp", instance_type="ml.p4d.24xlarge")
+    request = _request(distribution="smddp", instance_type="ml.p4d.24xlarge", framework_version="2.3.0")
     name = aws.create(request)
     done = aws.emulator.wait(name, timeout=30)
     assert done["TrainingJobStatus"] == "Failed"

@@ -29,7 +29,7 @@ from trainer import stopping
 from .helpers import BUCKET, CODE_SHA256, RUN, job_config
 
 JOB_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
-IMAGE = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.3.0-gpu-py311"
+IMAGE = "763104351884.dkr.ecr.eu-west-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312"
 
 
 def decoded(hyperparameters: dict[str, str]) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def test_the_container_gets_the_sagemaker_parameters_the_sdk_would_send() -> Non
 
 
 def test_smddp_gets_its_launcher_flags_instead_of_torchrun() -> None:
-    config = job_config(distribution="smddp", instance_type="ml.p4d.24xlarge")
+    config = job_config(distribution="smddp", instance_type="ml.p4d.24xlarge", framework_version="2.3.0")
 
     hyperparameters = decoded(build_training_job_request(config, RUN)["HyperParameters"])
 
@@ -96,9 +96,9 @@ def test_the_trainer_accepts_every_flag_the_job_passes_it() -> None:
     """What the container runs: `train.py --name value` for each non-sagemaker hyperparameter."""
     trainer = pytest.importorskip("trainer.train")
     hyperparameters = decoded(
-        build_training_job_request(job_config(distribution="smddp", instance_type="ml.p4d.24xlarge"), RUN)[
-            "HyperParameters"
-        ]
+        build_training_job_request(
+            job_config(distribution="smddp", instance_type="ml.p4d.24xlarge", framework_version="2.3.0"), RUN
+        )["HyperParameters"]
     )
     argv = [
         part

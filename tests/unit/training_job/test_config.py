@@ -4,6 +4,7 @@ line has the last word. Defaults fill the rest, and a mistake is named."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from functions.training_job.config import (
     load_job_config,
 )
 from functions.training_job.errors import JobConfigFileError, JobConfigurationError
+from functions.training_job.images import PYTORCH_PY_VERSIONS
 
 from .helpers import SETTINGS
 
@@ -58,8 +60,8 @@ def test_a_yaml_file_gives_the_job_and_defaults_fill_the_rest(tmp_path: Path) ->
         "instance_count": 1,
         "volume_size_gb": 50,
         "max_runtime_seconds": 86400,
-        "framework_version": "2.3.0",
-        "py_version": "py311",
+        "framework_version": "2.8.0",
+        "py_version": "py312",
         "entry_point": "train.py",
         "distribution": "torch",
         "profiling_interval_ms": 500,
@@ -87,6 +89,38 @@ def test_the_default_rules_are_the_designs_five() -> None:
         "StepOutlier",
     )
     assert config.profiling == "builtin", "Debugger is opt-in: closed to new AWS customers"
+
+
+def test_the_default_image_is_the_newest_aws_publishes_in_the_table() -> None:
+    config = JobConfig.model_validate(SETTINGS)
+
+    newest = max(PYTORCH_PY_VERSIONS, key=lambda version: tuple(int(part) for part in version.split(".")))
+    assert (config.framework_version, config.py_version) == (newest, PYTORCH_PY_VERSIONS[newest])
+
+
+def test_ci_runs_the_trainers_tests_under_the_default_images_torch_and_python() -> None:
+    """`make test-trainer-image-torch` (in CI) installs these: a newer default must move them."""
+    makefile = (Path(__file__).parents[3] / "Makefile").read_text(encoding="utf-8")
+    settings = dict(re.findall(r"^(IMAGE_TORCH_VERSION|IMAGE_PYTHON_VERSION) := (\S+)$", makefile, re.MULTILINE))
+    config = JobConfig.model_validate(SETTINGS)
+
+    assert settings == {
+        "IMAGE_TORCH_VERSION": config.framework_version,
+        "IMAGE_PYTHON_VERSION": f"{config.py_version[2]}.{config.py_version[3:]}",
+    }, "the Makefile's trainer-image environment must follow the default image"
+
+
+@pytest.mark.parametrize(("version", "python"), [("2.3.0", "py311"), ("2.6.0", "py312")])
+def test_naming_only_the_framework_version_gives_the_python_aws_built_it_for(version: str, python: str) -> None:
+    config = load_job_config(environ={"TRAINING_JOB_FRAMEWORK_VERSION": version}, overrides=SETTINGS)
+
+    assert config.py_version == python
+
+
+def test_a_python_version_given_is_kept_for_the_refusals_to_judge() -> None:
+    config = JobConfig.model_validate({**SETTINGS, "framework_version": "2.3.0", "py_version": "py312"})
+
+    assert config.py_version == "py312"
 
 
 def test_a_json_file_works_as_well(tmp_path: Path) -> None:

@@ -19,7 +19,8 @@ from functions.training_job.images import (
 )
 
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
-sagemaker = pytest.importorskip("sagemaker")
+# Run by `make test-sdk-parity`, in the SDK's own environment; skipped in .venv.
+sagemaker = pytest.importorskip("sagemaker", reason="the SageMaker SDK v2: make test-sdk-parity")
 from sagemaker import image_uris  # noqa: E402
 from sagemaker.debugger import get_rule_container_image_uri  # noqa: E402
 

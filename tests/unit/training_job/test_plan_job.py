@@ -43,6 +43,8 @@ def test_the_request_is_printed_as_json_and_nothing_is_sent(config_file: Path) -
 
 
 def test_flags_override_the_file(config_file: Path) -> None:
+    # SMDDP is only in AWS's PyTorch 2.3.0 image: the file names that version (not its Python).
+    config_file.write_text(yaml.safe_dump({**SETTINGS, "framework_version": "2.3.0"}), encoding="utf-8")
     result = plan(
         "--config",
         str(config_file),
@@ -62,8 +64,8 @@ def test_flags_override_the_file(config_file: Path) -> None:
     request = json.loads(result.stdout)
     assert request["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge"
     assert request["ResourceConfig"]["InstanceCount"] == 2
-    assert request["AlgorithmSpecification"]["TrainingImage"].startswith(
-        "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:"
+    assert request["AlgorithmSpecification"]["TrainingImage"] == (
+        "763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.3.0-gpu-py311"
     )
     assert request["HyperParameters"]["sagemaker_distributed_dataparallel_enabled"] == "true"
 

@@ -60,13 +60,23 @@ def test_torchrun_on_p5_is_fine() -> None:
 @pytest.mark.parametrize("instance_type", ["ml.p4d.24xlarge", "ml.p4de.24xlarge"])
 def test_smddp_on_p4d_and_p4de_is_accepted(instance_type: str) -> None:
     request = build_training_job_request(
-        job_config(distribution="smddp", instance_type=instance_type, instance_count=2), RUN
+        job_config(distribution="smddp", instance_type=instance_type, instance_count=2, framework_version="2.3.0"),
+        RUN,
     )
 
+    assert request["AlgorithmSpecification"]["TrainingImage"].endswith(":2.3.0-gpu-py311"), "SMDDP's image"
     hyperparameters = request["HyperParameters"]
     assert hyperparameters["sagemaker_distributed_dataparallel_enabled"] == "true"
     assert hyperparameters["backend"] == '"smddp"', "the trainer must be told to use smddp"
     assert "sagemaker_torch_distributed_enabled" not in hyperparameters
+
+
+def test_smddp_with_the_default_image_is_refused_and_told_which_has_it() -> None:
+    assert_refused(
+        {"distribution": "smddp", "instance_type": "ml.p4d.24xlarge"},
+        "PyTorch 2.8.0 training image has no SMDDP",
+        "set framework_version 2.3.0",
+    )
 
 
 def test_smddp_with_an_aws_image_that_lacks_it_is_refused() -> None:
@@ -258,6 +268,7 @@ def test_every_problem_is_named_at_once() -> None:
     error = refused(
         region="xx-nowhere-1",
         distribution="smddp",
+        framework_version="2.3.0",
         instance_type="ml.p3.16xlarge",
         use_spot=True,
         subnets=[],

@@ -44,7 +44,9 @@ from functions.training_job.errors import JobConfigurationError
 from .helpers import BUCKET, RUN, job_config
 
 os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
-sagemaker_pytorch = pytest.importorskip("sagemaker.pytorch")
+# The SDK lives in its own environment (it pins attrs, packaging, protobuf and more): these tests
+# run there, with `make test-sdk-parity` (which `make test` runs), and skip in .venv.
+sagemaker_pytorch = pytest.importorskip("sagemaker.pytorch", reason="the SageMaker SDK v2: make test-sdk-parity")
 from sagemaker.debugger import ProfilerConfig, ProfilerRule, rule_configs  # noqa: E402
 from sagemaker.inputs import FileSystemInput, TrainingInput  # noqa: E402
 from sagemaker.session import Session  # noqa: E402
@@ -199,6 +201,7 @@ CASES: dict[str, dict[str, Any]] = {
         "instance_type": "ml.p4d.24xlarge",
         "instance_count": 2,
         "distribution": "smddp",
+        "framework_version": "2.3.0",
         "use_spot": True,
         "max_runtime_seconds": 7200,
         "max_wait_seconds": 14400,
