@@ -33,6 +33,10 @@ class GateVerdict(BaseModel):
     class_tolerance: float
     # Which pairs the two models were compared on, and how many ("both scored on 40 trusted ...").
     compared_on: str | None = None
+    # The gate let the model through, but models/accepted.json named another run when this one
+    # went to accept it (that run; "" when the file had been removed): not accepted, and not the
+    # gate's doing, so the message does not say the gate rejected it.
+    accepted_meanwhile: str | None = None
 
 
 class JobSummary(BaseModel):

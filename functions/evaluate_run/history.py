@@ -60,6 +60,9 @@ def render(runs: Sequence[RunSummary]) -> str:
     rows = []
     for run in reversed(runs):
         verdict = f"<span class='{_e(run.outcome)}'>{_e(run.outcome)}</span>"
+        if run.gate is not None and run.gate.accepted_meanwhile is not None:
+            instead = run.gate.accepted_meanwhile or "none (removed)"
+            verdict += f"<br><span class='muted'>gate passed; accepted meanwhile: {_e(instead)}</span>"
         if run.gate is not None and run.gate.compared_on:
             verdict += f"<br><span class='muted'>{_e(run.gate.compared_on)}</span>"
         shown = run.gate.miou if run.gate is not None and run.gate.miou is not None else run.miou

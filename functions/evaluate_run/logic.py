@@ -371,7 +371,9 @@ def _accepted_meanwhile(
     compared = f"run {baseline.run}'s model" if baseline is not None else "no model (the first run)"
     kept = f"it stays registered ({package_arn}) but is not accepted" if package_arn else "it is not accepted"
     reason = f"{what}, while this model was compared with {compared}: {kept}"
-    return verdict.model_copy(update={"accepted": False, "reasons": [reason, *verdict.reasons]})
+    return verdict.model_copy(
+        update={"accepted": False, "reasons": [reason, *verdict.reasons], "accepted_meanwhile": instead}
+    )
 
 
 def job_summary(described: Any) -> JobSummary:

@@ -37,6 +37,8 @@ HEADLINES = {
     "stopped": "Retraining stopped",
     "running": "Retraining started",
 }
+# A rejected run whose gate passed: another run's model was accepted while it trained.
+SUPERSEDED_HEADLINE = "Retraining passed the gate, another run won"
 _ICONS = {
     "accepted": ":white_check_mark:",
     "rejected": ":warning:",
@@ -65,13 +67,25 @@ class _Facts:
 
     # ------------------------------------------------------------- the facts --
     def headline(self) -> str:
+        if self.outcome == "rejected" and self.superseded():
+            return SUPERSEDED_HEADLINE
         return HEADLINES[self.outcome]
+
+    def superseded(self) -> bool:
+        """The gate passed the model, but another run's was accepted first."""
+        return self.s.gate is not None and self.s.gate.accepted_meanwhile is not None
+
+    def gate_word(self) -> str:
+        if self.s.gate is not None and self.s.gate.accepted:
+            return "accepted"
+        return "passed, not accepted" if self.superseded() else "rejected"
 
     def subject(self) -> str:
         s = self.s
         text = self.headline()
         fell = s.gate is not None and (s.gate.miou_change or 0.0) < -s.gate.miou_tolerance
-        if self.outcome == "rejected" and s.gate is not None and s.gate.worse_classes and not fell:
+        by_the_gate = self.outcome == "rejected" and not self.superseded()
+        if by_the_gate and s.gate is not None and s.gate.worse_classes and not fell:
             # Why it was rejected, not a rise in the mean that did not save it.
             name, delta = min(s.gate.worse_classes.items(), key=lambda item: item[1])
             text += f": {name} IoU {delta:+.3f}"
@@ -217,7 +231,7 @@ class _Facts:
         lines = [f"{self.headline()}.", ""]
         lines += [f"{label + ':':<17} {value}" for label, value in rows if value]
         if self.verdict():
-            lines += ["", "Quality gate: " + ("accepted" if self.s.gate and self.s.gate.accepted else "rejected")]
+            lines += ["", "Quality gate: " + self.gate_word()]
             lines += [f"  - {reason}" for reason in self.verdict()]
         if self.new_data():
             lines += ["", "New data:"]
@@ -257,8 +271,7 @@ class _Facts:
         shown = [_mrkdwn(f"*{label}*\n{value}", FIELD_LIMIT) for label, value in fields if value][:10]
         blocks.append({"type": "section", "text": _mrkdwn(f"Run `{self.s.run}`"), "fields": shown})
         if self.verdict():
-            verdict = "accepted" if self.s.gate and self.s.gate.accepted else "rejected"
-            text = f"*Quality gate: {verdict}*\n" + "\n".join(f"• {reason}" for reason in self.verdict())
+            text = f"*Quality gate: {self.gate_word()}*\n" + "\n".join(f"• {reason}" for reason in self.verdict())
             blocks.append({"type": "section", "text": _mrkdwn(text)})
         if self.new_data():
             blocks.append({"type": "section", "text": _mrkdwn("*New data*\n" + "\n".join(self.new_data()))})

@@ -25,6 +25,7 @@ from moto import mock_aws
 from functions.common import prefixes
 from functions.common.models import AcceptedModel, RunContext
 from functions.common.summary import RunSummary
+from functions.evaluate_run.history import HISTORY_KEY
 from functions.evaluate_run.logic import Evaluation, Evaluator
 from functions.evaluate_run.trust import TrustChanges
 from functions.notify.render import render
@@ -175,8 +176,15 @@ def test_two_evaluations_racing_for_accepted_json_one_wins_and_the_other_knows(s
     won = json.loads(s3.get_object(Bucket=BUCKET, Key=f"reports/runs/{winner}/summary.json")["Body"].read())
     assert won["outcome"] == "accepted" and won["gate"]["accepted"] is True
     told = render(RunSummary.model_validate(summary), links_for(RunSummary.model_validate(summary)))
-    assert told.subject.startswith("Retraining rejected by the quality gate: mIoU 0.720")
-    assert f"Quality gate: rejected\n  - run {winner} was accepted meanwhile" in told.text
+    assert summary["gate"]["accepted_meanwhile"] == winner
+    # Not "rejected by the quality gate": the gate passed it; another run was accepted first.
+    assert told.subject.startswith("Retraining passed the gate, another run won: mIoU 0.720")
+    assert told.subject.endswith(f" - {summary['dataset_version']}"), "it fits the subject's 100 characters"
+
+    assert f"Quality gate: passed, not accepted\n  - run {winner} was accepted meanwhile" in told.text
+    assert told.slack["blocks"][0]["text"]["text"].endswith("Retraining passed the gate, another run won")
+    page = s3.get_object(Bucket=BUCKET, Key=HISTORY_KEY)["Body"].read().decode()
+    assert f"gate passed; accepted meanwhile: {winner}" in page, "the history page says why it was not accepted"
 
 
 def test_a_run_whose_baseline_was_replaced_before_it_was_evaluated_is_not_accepted(s3: Any) -> None:
