@@ -515,7 +515,7 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         ),
         Grant(
             ("s3:GetObject",),
-            ("{bucket}/reports/${{aws:PrincipalTag/retrain-team}}-*",),
+            ("{bucket}/reports/batches/${{aws:PrincipalTag/retrain-team}}-*",),
             "what became of its drops: its batches' reports",
             TEAM,
         ),

@@ -126,7 +126,7 @@ def data_bucket_policy(body: dict[str, Any], **parameters: str) -> list[iam.Reso
         ("NotifyFunction", "s3:GetObject", "dataset/images/munich-1/x.jpg", OUTSIDE, True),
         # Annotators upload under incoming/ and read reports; they do not read uploads back.
         ("annotator", "s3:PutObject", "incoming/munich-1/images/x.jpg", OUTSIDE, False),
-        ("annotator", "s3:GetObject", "reports/munich-1/report.json", OUTSIDE, False),
+        ("annotator", "s3:GetObject", "reports/batches/munich-1/report.json", OUTSIDE, False),
         ("annotator", "s3:GetObject", "incoming/munich-2/images/y.jpg", OUTSIDE, True),
     ],
 )
@@ -336,8 +336,8 @@ def test_only_notify_function_reads_the_slack_webhook(body: dict[str, Any]) -> N
         ("munich", "s3:PutObject", "incoming/berlin-3/images/x.jpg", False),  # another team's batch
         ("munich", "s3:PutObject", "incoming/munichx-1/images/x.jpg", False),
         ("munich", "s3:AbortMultipartUpload", "incoming/berlin-3/images/x.jpg", False),
-        ("munich", "s3:GetObject", "reports/munich-12/report.json", True),
-        ("munich", "s3:GetObject", "reports/berlin-3/report.json", False),
+        ("munich", "s3:GetObject", "reports/batches/munich-12/report.json", True),
+        ("munich", "s3:GetObject", "reports/batches/berlin-3/report.json", False),
         ("munich", "s3:GetObject", "reports/runs/ds-1/report.html", False),
         ("paris", "s3:PutObject", "incoming/paris-1/images/x.jpg", False),  # not a declared team
         (None, "s3:PutObject", "incoming/munich-12/images/x.jpg", False),  # an untagged principal

@@ -104,4 +104,4 @@ def test_an_upload_the_intake_could_not_read_is_denied_at_the_bucket(headers: di
 
 def test_the_upload_rules_are_for_the_landing_zone_only() -> None:
     # The stack's own writes elsewhere send no encryption headers anyway; the rules say what they guard.
-    assert _denied(_policy(), "reports/munich/report.json", {**TLS, SSE: "AES256"}) == []
+    assert _denied(_policy(), "reports/batches/munich-1/report.json", {**TLS, SSE: "AES256"}) == []
