@@ -21,6 +21,7 @@ import boto3
 from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
+from moto import mock_aws
 
 REGION = "us-east-1"
 
@@ -33,6 +34,17 @@ def stubbed(service: str) -> Iterator[tuple[Any, Stubber]]:
     with Stubber(client) as stubber:
         yield client, stubber
         stubber.assert_no_pending_responses()
+
+
+@contextmanager
+def versioned_bucket(bucket: str) -> Iterator[Any]:
+    """An S3 client (moto, in process) with `bucket` created and versioning on, as the stack's
+    data bucket is: for logic that reads object versions or writes conditionally."""
+    with mock_aws():
+        client = boto3.client("s3", region_name=REGION)
+        client.create_bucket(Bucket=bucket)
+        client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+        yield client
 
 
 def body(data: bytes) -> StreamingBody:

@@ -16,14 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from functions.common.errors import EvidenceConflictError
 from functions.evaluate_run.artifacts import seal
 from functions.evaluate_run.logic import MODEL_SHA256_TAG, Evaluator
-from tests.unit.fakes import stubbed, tar_gz
+from tests.unit.fakes import stubbed, tar_gz, versioned_bucket
 from tests.unit.test_evaluator import (
     BUCKET,
     DESCRIBED,
@@ -52,10 +50,7 @@ def sha256(data: bytes) -> str:
 
 @pytest.fixture
 def s3() -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        client.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    with versioned_bucket(BUCKET) as client:
         client.put_object(Bucket=BUCKET, Key=MODEL_KEY, Body=JUDGED)
         yield client
 

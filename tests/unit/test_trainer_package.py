@@ -14,13 +14,13 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from functions.common import clients
 from functions.common.trainer_code import released_trainer
 from retrain.commands import package as package_command
 from retrain.package import TRAINER_DIR, TrainerArchive, build_sourcedir, release_trainer
 from retrain.target import StackTarget
+from tests.unit.fakes import versioned_bucket
 
 BUCKET = "retrain-data-123456789012-us-east-1"
 
@@ -83,10 +83,7 @@ def test_the_trainer_needs_nothing_the_training_image_lacks() -> None:
 # ------------------------------------------------------------------ release --
 @pytest.fixture
 def s3() -> Iterator[Any]:
-    with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        client.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
+    with versioned_bucket(BUCKET) as client:
         yield client
 
 
