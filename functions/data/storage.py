@@ -110,9 +110,7 @@ class DataBucket:
                 # validation says so (`empty_file`); a retry would fail the same way forever.
                 return b"", version
             # NoSuchVersion: that version was deleted (an erasure, or the uploader withdrew it).
-            if code in {"NoSuchKey", "NoSuchVersion", "404"}:
-                where = f"s3://{self.name}/{key}" + (f" version {version}" if version else "")
-                raise ObjectGoneError(f"{where} is gone") from error
+            self._raise_if_gone(error, key, version)
             if code in _MAYBE_ENCRYPTION or str(code).startswith("KMS."):
                 # Raises EncryptionRefusedError if that is why; else S3's own answer stands.
                 with contextlib.suppress(ClientError):
@@ -124,6 +122,13 @@ class DataBucket:
             body.close()  # unread: its connection goes back to the pool
             raise EncryptionRefusedError(key, problem)
         return body.read(), response.get("VersionId")
+
+    def _raise_if_gone(self, error: ClientError, key: str, version: str | None) -> None:
+        """`ObjectGoneError` if S3 answered that the key or version does not exist (HeadObject
+        can only say 404: a HEAD response has no body to name the error)."""
+        if error.response.get("Error", {}).get("Code") in {"NoSuchKey", "NoSuchVersion", "404"}:
+            where = f"s3://{self.name}/{key}" + (f" version {version}" if version else "")
+            raise ObjectGoneError(f"{where} is gone") from error
 
     def _head(self, key: str, version: str | None) -> Any:
         """The object's HeadObject answer, its encryption checked (`EncryptionRefusedError`)."""
@@ -163,16 +168,22 @@ class DataBucket:
         source: dict[str, str] = {"Bucket": self.name, "Key": key}
         if version:
             source["VersionId"] = version
-        head = self._head(key, version)
-        if max_bytes is not None and head["ContentLength"] > max_bytes:
-            raise ObjectTooLargeError(key, head["ContentLength"], max_bytes)
-        if head["ContentLength"] > self._multipart_threshold:
-            return self._copy_in_parts(source, destination, head)
-        response = self._s3.copy_object(
-            Bucket=self.name,
-            Key=destination,
-            CopySource=source,  # type: ignore[arg-type]
-        )
+        try:
+            head = self._head(key, version)
+            if max_bytes is not None and head["ContentLength"] > max_bytes:
+                raise ObjectTooLargeError(key, head["ContentLength"], max_bytes)
+            if head["ContentLength"] > self._multipart_threshold:
+                return self._copy_in_parts(source, destination, head)
+            response = self._s3.copy_object(
+                Bucket=self.name,
+                Key=destination,
+                CopySource=source,  # type: ignore[arg-type]
+            )
+        except ClientError as error:
+            # Removed since it was read: by another invocation that moved it (a newer upload
+            # superseded it, or a concurrent judgement copied it first), or by an erasure.
+            self._raise_if_gone(error, key, version)
+            raise
         return response.get("VersionId")
 
     def _copy_in_parts(self, source: dict[str, str], destination: str, head: Any) -> str | None:

@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+from aws_lambda_powertools.utilities.idempotency.exceptions import IdempotencyAlreadyInProgressError
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions import wiring
@@ -66,14 +67,30 @@ def handle_record(record: SQSRecord, *, intake: Intake, budget: TimeBudget) -> N
     try:
         budget.check()
     except IntakeOutOfTimeError as late:
-        logger.warning(
-            "record sent back unstarted",
-            extra={"message_id": record.message_id, "deliveries": deliveries(record.raw_event), "reason": str(late)},
-        )
+        logger.warning("record sent back unstarted", extra={**_about(record), "reason": str(late)})
         metrics.add_metric(name="RecordsDeferred", unit="Count", value=1)
         raise
-    for obj in intake.objects_in(record.body):
-        process_object(obj=obj.model_dump(mode="json"), intake=intake)
+    key = None  # the object the record failed on, for the log
+    try:
+        for obj in intake.objects_in(record.body):
+            key = obj.key
+            process_object(obj=obj.model_dump(mode="json"), intake=intake)
+    except IdempotencyAlreadyInProgressError:
+        # A copy of a message whose original another invocation is working on: that one finishes it.
+        logger.info("record sent back: its object version is being processed", extra={**_about(record), "key": key})
+        raise
+    except Exception as error:
+        # Lambda's poller says nothing about a failed record: without this line, a message that
+        # comes back after the visibility timeout (or ends in the DLQ) leaves no cause behind.
+        logger.warning(
+            "record failed: SQS delivers it again after the visibility timeout",
+            extra={**_about(record), "key": key, "error": type(error).__name__, "reason": str(error)},
+        )
+        raise
+
+
+def _about(record: SQSRecord) -> dict[str, Any]:
+    return {"message_id": record.message_id, "deliveries": deliveries(record.raw_event)}
 
 
 @logger.inject_lambda_context

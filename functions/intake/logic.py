@@ -64,8 +64,10 @@ OBJECT_VERSION_KEY = "[bucket, key, version_id, etag]"
 # prefix is the function's module and name).
 IDEMPOTENCY_KEY_PREFIX = "intake.object-version"
 # A conflicting write on a pair is redone in the same invocation this often (each redo reads the
-# pair again), with full-jitter backoff from this base: cheaper than a visibility timeout.
-PAIR_UP_ATTEMPTS = 4
+# pair again), with full-jitter backoff from this base: cheaper than a visibility timeout. Six
+# attempts wait 1.5 s on average (3.1 s at most): long enough for the invocation it collided with
+# to record what it moved, which the redo then reads.
+PAIR_UP_ATTEMPTS = 6
 CONFLICT_BACKOFF_SECONDS = 0.05
 
 
@@ -200,15 +202,26 @@ class Intake(Bookkeeper):
     def _pair_up_again_on_conflict(self, batch: str, stem: str, role: Role, side: Side) -> FileStatus:
         """Pair up; when another invocation changed the pair meanwhile (its partner, or another
         version of this file, arriving at the same moment: common, as both halves of a pair are
-        uploaded together), read it again and redo, a few times, before SQS's redelivery has to."""
+        uploaded together), read it again and redo, a few times, before SQS's redelivery has to.
+
+        A version this judgement moves can also leave the landing zone under it: a correction
+        uploaded seconds later supersedes it (removing it by VersionId), or a judgement of the
+        same pair running beside this one copied it first. Both are the pair changing meanwhile,
+        and the redo reads what became of it in the ledger.
+        """
         for attempt in range(1, PAIR_UP_ATTEMPTS + 1):
             try:
                 return self._pair_up(batch, stem, role, side)
             except ConcurrentUpdateError:
                 if attempt == PAIR_UP_ATTEMPTS:
                     raise  # a hot pair: the message comes back after the visibility timeout
-                # Full jitter: the invocations that collided must not collide again in step.
-                self.pause(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**attempt))  # noqa: S311 (not crypto)
+            except ObjectGoneError as gone:
+                if attempt == PAIR_UP_ATTEMPTS:
+                    # Not left to escape as "gone", which drops the message: SQS brings it back,
+                    # and the ledger then says what became of the version (or that it was erased).
+                    raise ConcurrentUpdateError(f"pair {batch}/{stem} kept changing while judged: {gone}") from gone
+            # Full jitter: the invocations that collided must not collide again in step.
+            self.pause(random.uniform(0, CONFLICT_BACKOFF_SECONDS * 2**attempt))  # noqa: S311 (not crypto)
         raise AssertionError("unreachable")
 
     def _held_by_unfinished_judgement(self, batch: str, stem: str, role: Role, key: str, version: str) -> Side | None:

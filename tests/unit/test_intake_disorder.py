@@ -6,18 +6,19 @@ which the offline stack's shuffled delivery only does by chance.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from functions.common.errors import ConcurrentUpdateError
 from functions.common.models import written_before
 from functions.data.ledger import Ledger
 from functions.data.models import FileStatus, PairRecord, PairStatus
 from functions.data.storage import DataBucket
-from functions.intake.logic import Intake
+from functions.intake.logic import PAIR_UP_ATTEMPTS, Intake
 from functions.validation import DEFAULT_CONFIG
 from tests.integration.data_drops import scene
-from tests.unit.intake_harness import LEDGER, Harness, emulated_intake
+from tests.unit.intake_harness import BUCKET, LEDGER, Harness, emulated_intake
 
 IMAGE, LABEL = "incoming/b/images/x.jpg", "incoming/b/labels/x.png"
 
@@ -180,6 +181,77 @@ def test_a_duplicate_set_aside_half_way_is_set_aside_whole_by_the_redelivery(dyi
         "quarantine/b/labels/x.png.reason.json",
     ]
     assert len(dying.versions("quarantine/b/images/x.jpg")) == 2, "the image (and its reason) set aside once"
+
+
+class SomethingHappensBeforeACopy(DataBucket):
+    """A bucket that, just before the first copy of the key `of`, runs `meanwhile` once: another
+    invocation's work between this judgement's claim on the pair and its copy."""
+
+    of: str | None = None
+    meanwhile: Callable[[], object] | None = None
+
+    def copy(self, key: str, version: str | None, destination: str, *, max_bytes: int | None = None) -> str | None:
+        meanwhile = SomethingHappensBeforeACopy.meanwhile
+        if key == SomethingHappensBeforeACopy.of and meanwhile is not None:
+            SomethingHappensBeforeACopy.meanwhile = None
+            meanwhile()
+        return super().copy(key, version, destination, max_bytes=max_bytes)
+
+
+@pytest.fixture
+def racing() -> Iterator[Harness]:
+    SomethingHappensBeforeACopy.of, SomethingHappensBeforeACopy.meanwhile = None, None
+    with emulated_intake(SomethingHappensBeforeACopy) as harness:
+        yield harness
+
+
+def test_a_label_corrected_while_it_is_judged_is_found_superseded_not_failed(racing: Harness) -> None:
+    image = racing.upload(IMAGE, scene(6).image, sequencer="0A")
+    first = racing.upload(LABEL, scene(6).label, sequencer="0B")
+    corrected = racing.upload(LABEL, scene(7).label, sequencer="0C")
+    racing.intake.process(image)
+    # The correction's invocation, beside this one, supersedes the first label (removing its
+    # landing copy) after this judgement claimed the pair and before it copies that label.
+    beside = Intake(ledger=Ledger(racing.dynamodb, LEDGER), bucket=racing.intake.bucket, config=DEFAULT_CONFIG)
+    beside_said: list[FileStatus] = []
+    SomethingHappensBeforeACopy.of = LABEL
+    SomethingHappensBeforeACopy.meanwhile = lambda: beside_said.append(beside.process(corrected))
+    pauses: list[float] = []
+    racing.intake.pause = pauses.append
+
+    assert racing.intake.process(first) is FileStatus.SUPERSEDED, "redone here, not left to SQS"
+
+    assert beside_said == [FileStatus.CURATED]
+    assert len(pauses) == 1, "one change under the judgement, one jittered pause"
+    assert racing.body("dataset/labels/b/x.png") == scene(7).label, "dataset/ holds the corrected label"
+    assert fates_in_b(racing) == {
+        (IMAGE, image.version_id): FileStatus.CURATED,
+        (LABEL, first.version_id): FileStatus.SUPERSEDED,
+        (LABEL, corrected.version_id): FileStatus.CURATED,
+    }
+    assert racing.versions("incoming/") == []
+    pair, _ = racing.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
+    assert pair.status is PairStatus.VALID
+    assert pair.label is not None and pair.label.version == corrected.version_id
+
+
+def test_a_partner_that_stays_gone_sends_the_message_back_rather_than_dropping_it(racing: Harness) -> None:
+    label = racing.upload(LABEL, scene(8).label)
+    image = racing.upload(IMAGE, scene(8).image)
+    racing.intake.process(label)
+    # The label's version is deleted under the judgement (an erasure), and stays deleted.
+    SomethingHappensBeforeACopy.of = LABEL
+    SomethingHappensBeforeACopy.meanwhile = lambda: racing.s3.delete_object(
+        Bucket=BUCKET, Key=LABEL, VersionId=str(label.version_id)
+    )
+    pauses: list[float] = []
+    racing.intake.pause = pauses.append
+
+    # Not ObjectGoneError, which the handler answers "gone" and SQS then forgets: the message
+    # comes back after the visibility timeout, and to the DLQ (and its alarm) in the end.
+    with pytest.raises(ConcurrentUpdateError, match=r"pair b/x kept changing while judged: .*labels/x\.png.* is gone"):
+        racing.intake.process(image)
+    assert len(pauses) == PAIR_UP_ATTEMPTS - 1
 
 
 def fates_in_b(at: Harness) -> dict[tuple[str, str | None], FileStatus]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import uuid
 from typing import Any
 from urllib.parse import unquote_plus
@@ -98,14 +99,37 @@ def test_a_new_version_of_the_same_key_is_processed_again(deployed: OfflineStack
     assert len(_idempotency_records(deployed)) == 4
 
 
-def test_a_message_that_is_no_notification_fails_alone(deployed: OfflineStack, handler: Any) -> None:
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_message_that_is_no_notification_fails_alone_and_the_log_says_why(
+    deployed: OfflineStack, handler: Any
+) -> None:
     event = load_event("sqs_s3_notifications.json")
     _upload_street_scene(deployed)
     event["Records"][1]["body"] = "{not json"
+    intake = handler("IntakeFunction")
+    kept = _Kept()
+    logging.getLogger("intake").addHandler(kept)  # the Powertools logger of the intake's service
+    try:
+        response = intake(event)
+    finally:
+        logging.getLogger("intake").removeHandler(kept)
 
-    response = handler("IntakeFunction")(event)
-
-    assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][1]["messageId"]}]}
+    bad = event["Records"][1]["messageId"]
+    assert response == {"batchItemFailures": [{"itemIdentifier": bad}]}
+    # Lambda's poller is silent about a failed record: the function's own log is all there is.
+    failed = [r for r in kept.records if r.getMessage().startswith("record failed")]
+    assert [(r.levelname, r.message_id, r.deliveries, r.error) for r in failed] == [  # type: ignore[attr-defined]
+        ("WARNING", bad, 1, "InvalidEventError")
+    ]
+    assert "message body is not JSON" in failed[0].reason  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------- running out of time --
