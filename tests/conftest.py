@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,13 @@ from typing import Any
 import pytest
 
 EVENTS = Path(__file__).parent / "events"
+
+# A shell that starts the suite as a background job without job control (`nohup ... &`, `&` in a
+# script) has it ignore SIGINT, and every process it starts inherits that: the tests that press
+# Ctrl-C on `retrain local up` would wait for a stop that never comes, and leave it running.
+# Python's own handler is not inherited across exec, so children start with Ctrl-C working.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def load_event(name: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from functions.data.ledger_table import STATE_INDEX, LedgerTable, conditional_failed, iso
-from functions.data.models import FileRecord, PairRecord, PairStatus
+from functions.data.models import FileRecord, FileStatus, PairRecord, PairStatus
 
 # DynamoDB's limit on a sort key (a partition key may have 2,048 bytes).
 MAX_SORT_KEY_BYTES = 1024
@@ -34,12 +34,20 @@ def file_sort_key(key: str, version: str) -> str:
 class PairItems(LedgerTable):
     # -------------------------------------------------------------- files --
     def put_file(self, record: FileRecord) -> None:
-        # One item per object version: a redelivered event rewrites it, never adds one.
+        """One item per object version: a redelivered event rewrites it, never adds one.
+
+        A version once superseded stays so (`ConcurrentUpdateError` for any other fate): a newer
+        upload of its key replaced it in its pair. A judgement of the pair that began before the
+        newer upload was seen may still copy the older version and come to record it curated
+        after it was marked superseded; its pair write then fails, but its redo may judge the
+        pair anew without ever coming back to the older version's record.
+        """
         self._put(
             f"batch#{record.batch}",
             file_sort_key(record.key, record.version),
             record,
             extra={"status": {"S": record.status.value}},
+            unless_status=None if record.status is FileStatus.SUPERSEDED else FileStatus.SUPERSEDED.value,
         )
 
     def file(self, batch: str, key: str, version: str) -> FileRecord | None:

@@ -54,8 +54,10 @@ class LedgerTable:
         revision: int | None = None,
         state: tuple[str, str] | None = None,
         extra: dict[str, Any] | None = None,
+        unless_status: str | None = None,
     ) -> None:
-        """Write a record; with `revision`, only if the stored one still has `revision - 1`."""
+        """Write a record; with `revision`, only if the stored one still has `revision - 1`; with
+        `unless_status`, only if there is none or its status is another."""
         item: dict[str, Any] = {
             "pk": {"S": pk},
             "sk": {"S": sk},
@@ -72,11 +74,16 @@ class LedgerTable:
             else:
                 request["ConditionExpression"] = "revision = :previous"
                 request["ExpressionAttributeValues"] = {":previous": {"N": str(revision - 1)}}
+        elif unless_status is not None:
+            request["ConditionExpression"] = "attribute_not_exists(pk) OR #status <> :kept"
+            request["ExpressionAttributeNames"] = {"#status": "status"}  # a reserved word
+            request["ExpressionAttributeValues"] = {":kept": {"S": unless_status}}
         try:
             self._db.put_item(**request)
         except ClientError as error:
             if conditional_failed(error):
-                raise ConcurrentUpdateError(f"{pk} {sk} changed while we worked on it") from error
+                why = "changed while we worked on it" if unless_status is None else f"was {unless_status} meanwhile"
+                raise ConcurrentUpdateError(f"{pk} {sk} {why}") from error
             raise
 
     def _put_if(self, request: dict[str, Any]) -> bool:

@@ -118,32 +118,37 @@ def test_local_up_prints_how_to_reach_it_and_what_its_jobs_train_with_and_stops_
         text=True,
         env={**os.environ, "COLUMNS": "300"},
     )
-    assert process.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        lines.append(line)
-        if "Press Ctrl-C" in line or not line:
-            break
-    printed = "".join(lines)
-    endpoint = re.search(r"AWS endpoint\s+(http://127\.0\.0\.1:\d+)", printed)
-    bucket = re.search(r"data bucket\s+s3://(\S+)", printed)
-    assert endpoint and bucket, printed
-    assert f"aws --endpoint-url {endpoint.group(1)} s3 cp" in printed
-    assert re.search(r"state machine\s+arn:aws:states:", printed)
-    assert re.search(r"training jobs\s+1 x ml\.m5\.xlarge, 4 epochs, crop 128x64, width 0\.25", printed), printed
-    assert "instead of a deployed stack's 1 x ml.g5.2xlarge, 100 epochs, crop 1024x512, width 1.0" in printed
-    assert "a job here is torchrun on this machine's CPU, on small images" in printed
+    try:
+        assert process.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            lines.append(line)
+            if "Press Ctrl-C" in line or not line:
+                break
+        printed = "".join(lines)
+        endpoint = re.search(r"AWS endpoint\s+(http://127\.0\.0\.1:\d+)", printed)
+        bucket = re.search(r"data bucket\s+s3://(\S+)", printed)
+        assert endpoint and bucket, printed
+        assert f"aws --endpoint-url {endpoint.group(1)} s3 cp" in printed
+        assert re.search(r"state machine\s+arn:aws:states:", printed)
+        assert re.search(r"training jobs\s+1 x ml\.m5\.xlarge, 4 epochs, crop 128x64, width 0\.25", printed), printed
+        assert "instead of a deployed stack's 1 x ml.g5.2xlarge, 100 epochs, crop 1024x512, width 1.0" in printed
+        assert "a job here is torchrun on this machine's CPU, on small images" in printed
 
-    user_s3 = boto3.client("s3", endpoint_url=endpoint.group(1), region_name="us-east-1")
-    assert user_s3.head_bucket(Bucket=bucket.group(1))["ResponseMetadata"]["HTTPStatusCode"] == 200
+        user_s3 = boto3.client("s3", endpoint_url=endpoint.group(1), region_name="us-east-1")
+        assert user_s3.head_bucket(Bucket=bucket.group(1))["ResponseMetadata"]["HTTPStatusCode"] == 200
 
-    process.send_signal(signal.SIGINT)
-    remaining, _ = process.communicate(timeout=60)
+        process.send_signal(signal.SIGINT)
+        remaining, _ = process.communicate(timeout=60)
 
-    assert process.returncode == 0, remaining
-    assert "Stopped." in remaining
+        assert process.returncode == 0, remaining
+        assert "Stopped." in remaining
+    finally:
+        if process.poll() is None:  # failed before it stopped: never leave a stack running
+            process.kill()
+            process.communicate()
 
 
 def test_retrain_link_prints_a_fresh_link_that_opens_the_report_without_credentials() -> None:

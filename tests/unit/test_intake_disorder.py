@@ -13,7 +13,7 @@ import pytest
 from functions.common.errors import ConcurrentUpdateError
 from functions.common.models import written_before
 from functions.data.ledger import Ledger
-from functions.data.models import FileStatus, PairRecord, PairStatus
+from functions.data.models import FileRecord, FileStatus, PairRecord, PairStatus
 from functions.data.storage import DataBucket
 from functions.intake.logic import PAIR_UP_ATTEMPTS, Intake
 from functions.validation import DEFAULT_CONFIG
@@ -233,6 +233,44 @@ def test_a_label_corrected_while_it_is_judged_is_found_superseded_not_failed(rac
     pair, _ = racing.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
     assert pair.status is PairStatus.VALID
     assert pair.label is not None and pair.label.version == corrected.version_id
+
+
+def test_a_label_superseded_while_the_image_judges_it_is_never_recorded_curated_afterwards(at: Harness) -> None:
+    first = at.upload(LABEL, scene(9).label, sequencer="0A")
+    image = at.upload(IMAGE, scene(9).image, sequencer="0B")
+    corrected = at.upload(LABEL, scene(10).label, sequencer="0C")
+    at.intake.process(first)
+    beside = Intake(ledger=Ledger(at.dynamodb, LEDGER), bucket=at.intake.bucket, config=DEFAULT_CONFIG)
+    beside_said: list[FileStatus] = []
+
+    class CorrectionMeanwhile(Ledger):
+        """The correction's invocation runs whole after the image's judgement copied the first
+        label and before it records that label curated (as CI's run had it, by chance)."""
+
+        raced = False
+
+        def put_file(self, record: FileRecord) -> None:
+            mine = (record.key, record.version, record.status) == (LABEL, first.version_id, FileStatus.CURATED)
+            if mine and not CorrectionMeanwhile.raced:
+                CorrectionMeanwhile.raced = True
+                beside_said.append(beside.process(corrected))
+            super().put_file(record)
+
+    at.intake.ledger, at.intake.pause = CorrectionMeanwhile(at.dynamodb, LEDGER), lambda _: None
+
+    assert at.intake.process(image) is FileStatus.CURATED
+
+    assert beside_said == [FileStatus.CURATED]
+    assert fates_in_b(at) == {
+        (LABEL, first.version_id): FileStatus.SUPERSEDED,
+        (IMAGE, image.version_id): FileStatus.CURATED,
+        (LABEL, corrected.version_id): FileStatus.CURATED,
+    }, "a superseded version's fate is final"
+    pair, _ = at.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
+    assert pair.status is PairStatus.VALID
+    assert pair.label is not None and pair.label.version == corrected.version_id
+    assert at.body("dataset/labels/b/x.png") == scene(10).label
+    assert at.versions("incoming/") == []
 
 
 def test_a_partner_that_stays_gone_sends_the_message_back_rather_than_dropping_it(racing: Harness) -> None:
