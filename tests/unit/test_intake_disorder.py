@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from functions.common.errors import ConcurrentUpdateError
-from functions.common.models import written_before
+from functions.common.models import S3ObjectEvent, written_before
 from functions.data.ledger import Ledger
 from functions.data.models import FileRecord, FileStatus, PairRecord, PairStatus
 from functions.data.storage import DataBucket
@@ -88,7 +88,7 @@ def test_halves_of_a_pair_judged_at_the_same_moment_are_settled_in_one_invocatio
     image = at.upload(IMAGE, scene(5).image)
     label = at.upload(LABEL, scene(5).label)
     # The label's invocation, running beside this one, writes the pair first.
-    beside = Intake(ledger=Ledger(at.dynamodb, LEDGER), bucket=at.intake.bucket, config=DEFAULT_CONFIG)
+    beside = invocation_beside(at)
 
     class LosesTheRace(Ledger):
         raced = False
@@ -212,7 +212,7 @@ def test_a_label_corrected_while_it_is_judged_is_found_superseded_not_failed(rac
     racing.intake.process(image)
     # The correction's invocation, beside this one, supersedes the first label (removing its
     # landing copy) after this judgement claimed the pair and before it copies that label.
-    beside = Intake(ledger=Ledger(racing.dynamodb, LEDGER), bucket=racing.intake.bucket, config=DEFAULT_CONFIG)
+    beside = invocation_beside(racing)
     beside_said: list[FileStatus] = []
     SomethingHappensBeforeACopy.of = LABEL
     SomethingHappensBeforeACopy.meanwhile = lambda: beside_said.append(beside.process(corrected))
@@ -223,16 +223,7 @@ def test_a_label_corrected_while_it_is_judged_is_found_superseded_not_failed(rac
 
     assert beside_said == [FileStatus.CURATED]
     assert len(pauses) == 1, "one change under the judgement, one jittered pause"
-    assert racing.body("dataset/labels/b/x.png") == scene(7).label, "dataset/ holds the corrected label"
-    assert fates_in_b(racing) == {
-        (IMAGE, image.version_id): FileStatus.CURATED,
-        (LABEL, first.version_id): FileStatus.SUPERSEDED,
-        (LABEL, corrected.version_id): FileStatus.CURATED,
-    }
-    assert racing.versions("incoming/") == []
-    pair, _ = racing.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
-    assert pair.status is PairStatus.VALID
-    assert pair.label is not None and pair.label.version == corrected.version_id
+    assert_the_correction_won(racing, image, first, corrected, scene(7).label)
 
 
 def test_a_label_superseded_while_the_image_judges_it_is_never_recorded_curated_afterwards(at: Harness) -> None:
@@ -240,7 +231,7 @@ def test_a_label_superseded_while_the_image_judges_it_is_never_recorded_curated_
     image = at.upload(IMAGE, scene(9).image, sequencer="0B")
     corrected = at.upload(LABEL, scene(10).label, sequencer="0C")
     at.intake.process(first)
-    beside = Intake(ledger=Ledger(at.dynamodb, LEDGER), bucket=at.intake.bucket, config=DEFAULT_CONFIG)
+    beside = invocation_beside(at)
     beside_said: list[FileStatus] = []
 
     class CorrectionMeanwhile(Ledger):
@@ -261,16 +252,7 @@ def test_a_label_superseded_while_the_image_judges_it_is_never_recorded_curated_
     assert at.intake.process(image) is FileStatus.CURATED
 
     assert beside_said == [FileStatus.CURATED]
-    assert fates_in_b(at) == {
-        (LABEL, first.version_id): FileStatus.SUPERSEDED,
-        (IMAGE, image.version_id): FileStatus.CURATED,
-        (LABEL, corrected.version_id): FileStatus.CURATED,
-    }, "a superseded version's fate is final"
-    pair, _ = at.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
-    assert pair.status is PairStatus.VALID
-    assert pair.label is not None and pair.label.version == corrected.version_id
-    assert at.body("dataset/labels/b/x.png") == scene(10).label
-    assert at.versions("incoming/") == []
+    assert_the_correction_won(at, image, first, corrected, scene(10).label)
 
 
 def test_a_partner_that_stays_gone_sends_the_message_back_rather_than_dropping_it(racing: Harness) -> None:
@@ -290,6 +272,28 @@ def test_a_partner_that_stays_gone_sends_the_message_back_rather_than_dropping_i
     with pytest.raises(ConcurrentUpdateError, match=r"pair b/x kept changing while judged: .*labels/x\.png.* is gone"):
         racing.intake.process(image)
     assert len(pauses) == PAIR_UP_ATTEMPTS - 1
+
+
+def assert_the_correction_won(
+    at: Harness, image: S3ObjectEvent, first: S3ObjectEvent, corrected: S3ObjectEvent, corrected_label: bytes
+) -> None:
+    """The pair holds the corrected label, curated; the first label's fate is `superseded` (and
+    final); nothing is left in incoming/."""
+    assert fates_in_b(at) == {
+        (IMAGE, image.version_id): FileStatus.CURATED,
+        (LABEL, first.version_id): FileStatus.SUPERSEDED,
+        (LABEL, corrected.version_id): FileStatus.CURATED,
+    }, "a superseded version's fate is final"
+    pair, _ = at.intake.ledger.pair("b", "x") or pytest.fail("no pair item")
+    assert pair.status is PairStatus.VALID
+    assert pair.label is not None and pair.label.version == corrected.version_id
+    assert at.body("dataset/labels/b/x.png") == corrected_label, "dataset/ holds the corrected label"
+    assert at.versions("incoming/") == []
+
+
+def invocation_beside(at: Harness) -> Intake:
+    """Another invocation of the intake, on the same ledger table and bucket."""
+    return Intake(ledger=Ledger(at.dynamodb, LEDGER), bucket=at.intake.bucket, config=DEFAULT_CONFIG)
 
 
 def fates_in_b(at: Harness) -> dict[tuple[str, str | None], FileStatus]:
