@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_screening.py [--pairs 48] [--size 512x256] [--width 0.5]
 
-The first phase of a run with an accepted model (`trainer/screen.py`) runs the model over every
+The first phase of a run with an accepted model (`trainer/screening/phase.py`) runs the model over every
 pair of the version's new batches, twice over up to 64 trusted pairs for the thresholds and the
 reference share, and once over the new ones. Measured side by side in one run, on the same
 synthetic scenes (`retrain.synth`), the same model and this machine's CPU:
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from retrain.synth import default_version, write_scenes  # noqa: E402
 from trainer.data import SegmentationDataset, parse_size, read_manifest, to_device  # noqa: E402
 from trainer.model import BiSeNetV2, SegmentationLoss  # noqa: E402
-from trainer.screen import Screener, Settings, screen_version  # noqa: E402
+from trainer.screening.phase import Screener, Settings, screen_version  # noqa: E402
 from trainer.train import CITYSCAPES_CLASSES  # noqa: E402
 
 

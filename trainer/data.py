@@ -58,7 +58,7 @@ class Entry:
     label_sha256: str = ""
     # Pixels per train id (keys are ids as strings, as JSON has them); empty if not recorded.
     class_pixels: dict[str, int] = field(default_factory=dict)
-    # The drop it came in, and how far its labels are trusted (`screen.py`): trusted, new,
+    # The drop it came in, and how far its labels are trusted (`screening/phase.py`): trusted, new,
     # released or benchmark. A manifest without trust (a labelled folder) is all new.
     batch: str = ""
     trust: str = "new"

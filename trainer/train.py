@@ -63,12 +63,10 @@ from trainer import (
     build,
     checkpoint,
     checksums,
-    comparison,
     distributed,
     lineage,
     metrics,
     precision,
-    screen,
     stopping,
     timing,
 )
@@ -79,6 +77,8 @@ from trainer.metrics import ConfusionMatrix, EpochProgress, metric_line
 from trainer.model import SegmentationLoss
 from trainer.profiling import flags as profiling_flags
 from trainer.profiling.session import Profiler
+from trainer.screening import phase as screening_phase
+from trainer.screening import scores
 
 log = logging.getLogger("trainer")
 
@@ -267,7 +267,7 @@ def get_args_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one statemen
     _flag(system, "--deterministic", False, "deterministic kernels (slower on GPUs)")
 
     profiling_flags.add_arguments(parser)
-    screen.add_arguments(parser)
+    screening_phase.add_arguments(parser)
 
     ckpt = parser.add_argument_group("checkpoints and logging")
     ckpt.add_argument(
@@ -338,7 +338,7 @@ def train(  # noqa: PLR0912, PLR0915
     dataset_version = args.dataset_version or manifest.stem
     classes = [name.strip() for name in args.classes.split(",")]
     # --- screening: the accepted model judges the new batches' labels before they are trained on ---
-    accepted, screening = screen.before_training(args, context, classes, manifest)
+    accepted, screening = screening_phase.before_training(args, context, classes, manifest)
     held = screening.held if screening else []
     train_set, val_set = build.datasets(args, manifest, held=held)
     train_sampler, train_loader, val_loader = build.loaders(args, context, train_set, val_set)
@@ -382,7 +382,7 @@ def train(  # noqa: PLR0912, PLR0915
 
     if accepted is not None and state.baseline is None:
         # The accepted model on this run's validation pairs, per batch: the two compare on the same images.
-        state.baseline = comparison.baseline(accepted, val_set, classes, device, args.val_batch_size or args.batch_size)
+        state.baseline = scores.baseline(accepted, val_set, classes, device, args.val_batch_size or args.batch_size)
         if context.is_main:
             print(metric_line(baseline_miou=state.baseline["miou"]), flush=True)
 
@@ -519,14 +519,14 @@ def train(  # noqa: PLR0912, PLR0915
             break
 
     # --- the candidate against the accepted model, per batch and on the trusted set (every rank) ---
-    candidate = comparison.confusion_by_batch(
+    candidate = scores.confusion_by_batch(
         bare_model, val_set, len(classes), device, batch_size=args.val_batch_size or args.batch_size
     )
-    accepted_by_batch = comparison.from_lists(state.baseline)
-    lineage_info["evaluation"] = comparison.evaluation(
+    accepted_by_batch = scores.from_lists(state.baseline)
+    lineage_info["evaluation"] = scores.evaluation(
         classes, val_set.entries, candidate, accepted_by_batch, held=held, trained=train_set.entries
     )
-    lineage_info["screening"] = screen.summary(screening, accepted is not None)
+    lineage_info["screening"] = screening_phase.summary(screening, accepted is not None)
     # --- the model: rank 0 alone writes it; every rank holds the same weights ---
     if context.is_main:
         model_path = Path(args.model_dir) / checkpoint.MODEL_FILE

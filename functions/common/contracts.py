@@ -255,7 +255,7 @@ class TrustedScores(BaseModel):
 
 
 class RunEvaluation(BaseModel):
-    """`metrics.json`'s `evaluation` (trainer/comparison.py)."""
+    """`metrics.json`'s `evaluation` (trainer/screening/scores.py)."""
 
     batches: dict[str, BatchScores] = Field(default_factory=dict)
     trusted: TrustedScores = Field(default_factory=TrustedScores)
@@ -263,7 +263,7 @@ class RunEvaluation(BaseModel):
 
 
 class ScreeningSummary(BaseModel):
-    """`metrics.json`'s `screening`; the details are in `screening.json` (trainer/screen.py)."""
+    """`metrics.json`'s `screening`; the details are in `screening.json` (trainer/screening/phase.py)."""
 
     model_config = ConfigDict(extra="allow")
 

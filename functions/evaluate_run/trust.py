@@ -34,7 +34,7 @@ class ScreenedBatch(BaseModel):
 
 
 class ScreeningFile(BaseModel):
-    """`screening.json` as the trainer writes it (trainer/screen.py), as much as is read here."""
+    """`screening.json` as the trainer writes it (trainer/screening/phase.py), as much as is read here."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -32,7 +32,7 @@ from retrain.synth import write_scenes
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import audit, drain, executions, upload, wait_until
 from tests.integration.test_data_operations import cli, trigger
-from trainer.screening import HoldRule
+from trainer.screening.rule import HoldRule
 
 # Four trainings (one of ten epochs), screening and evaluation: 106 s on 2 cores, quiet.
 pytestmark = pytest.mark.slow(seconds=110)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from trainer.data_report import moved, section
+from trainer.screening.report import moved, section
 
 SCORES_BEFORE = {"miou": 0.30, "per_class_iou": {"road": 0.60, "sky": 0.40, "car": None}}
 SCORES_AFTER = {"miou": 0.33, "per_class_iou": {"road": 0.65, "sky": 0.395, "car": 0.1}}

@@ -14,7 +14,7 @@ import pytest
 import torch
 from cleanlab.segmentation.filter import find_label_issues
 
-from trainer.screening import HoldRule, SelfConfidence, Tally, likely_errors
+from trainer.screening.rule import HoldRule, SelfConfidence, Tally, likely_errors
 
 CLASSES = ["road", "sidewalk", "building", "sky"]
 ROAD, SIDEWALK, BUILDING, SKY = range(4)

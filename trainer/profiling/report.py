@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer import data_report
 from trainer.profiling.rules import ProfileData, RuleEvaluation
 from trainer.profiling.store import StepArrays, StepColumns, SystemColumns
+from trainer.screening import report as data_report
 
 RULES_FILE = "rules.json"
 REPORT_FILE = "report.html"
@@ -137,7 +137,7 @@ def render_html(
     metrics: Mapping[str, Any] | None = None,
     new_data: str = "",
 ) -> str:
-    """The page; `new_data` is the run's "New data" section (`trainer/data_report.py`), if any."""
+    """The page; `new_data` is the run's "New data" section (`trainer/screening/report.py`), if any."""
     title = f"Profiling report: {job_name}" if job_name else "Profiling report"
     issues = [r for r in results if r.status == "IssuesFound"]
     parts = [

@@ -38,9 +38,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from trainer import data_report
 from trainer.profiling import report, rules
 from trainer.profiling.rules import ProfileData, RuleEvaluation
+from trainer.screening import report as data_report
 
 PROFILE_DIR = "profile"
 METRICS_FILE = "metrics.json"

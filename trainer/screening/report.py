@@ -2,7 +2,7 @@
 
 For people who would rather look than read: for the worst pairs of each held (or suspect) batch,
 the image, its label, the model's prediction and the disagreement side by side (the PNGs
-`screen.write_pictures` left under `screening/`, embedded, so the page stays one file without a
+`phase.write_pictures` left under `screening/`, embedded, so the page stays one file without a
 script), the command that releases the batch, then each batch's validation IoU under the
 candidate against the accepted model, and the trusted set's per-class table.
 """

@@ -36,7 +36,7 @@ from trainer.build import baseline_model as build_baseline
 from trainer.data import Entry, SegmentationDataset, parse_size, read_manifest, to_device
 from trainer.decode import ImageDecoder, pick_decoder
 from trainer.model import BiSeNetV2
-from trainer.screening import NO_THRESHOLD, HoldRule, SelfConfidence, Tally, likely_errors
+from trainer.screening.rule import NO_THRESHOLD, HoldRule, SelfConfidence, Tally, likely_errors
 
 log = logging.getLogger("trainer")
 
@@ -298,7 +298,7 @@ def _rank_and_world() -> tuple[int, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("label screening (trainer/screen.py)")
+    group = parser.add_argument_group("label screening (trainer/screening/)")
     group.add_argument(
         "--screen-labels",
         type=lambda text: text.strip().lower() in {"true", "1", "yes", "y", "on"},

@@ -17,7 +17,7 @@ ever, of another class, on most of the swapped classes' pixels. A batch is *held
 of likely errors is far above what the same model shows on trusted pairs (`HoldRule`), so the
 rule follows the model's quality: a weak model's own error rate raises the bar.
 
-Everything here is pure torch on tensors the caller provides; `trainer/screen.py` runs it over a
+Everything here is pure torch on tensors the caller provides; `phase.py` runs it over a
 dataset version with the accepted model. `tests/trainer/test_screening.py` checks the rule
 against cleanlab's on a fixture.
 """
