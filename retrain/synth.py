@@ -9,6 +9,10 @@ only ever changes the image. The result is a Cityscapes-style folder (`images/<s
 `labels/<stem>.png` with train ids, 255 = ignore) plus a frozen manifest, the same shape the
 curated zone has, so the trainer cannot tell it from real data.
 
+A second layout, `layout="highway"`, draws a multi-lane road between terrain and trees with guard
+rails and no buildings or people: clean data of another style. `unlabelled` paints some classes into
+the image but not the label, as an annotator who left people, poles or signs out exports them.
+
 Everything is deterministic for a seed: scene `i` of seed `s` is the same whatever the count.
 """
 
@@ -19,6 +23,7 @@ import io
 import math
 import pathlib
 import random
+from collections.abc import Collection
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -66,6 +71,8 @@ def write_scenes(
     batch: str = SYNTH_BATCH,
     light: str = "day",
     class_map: dict[str, str] | None = None,
+    layout: str = "city",
+    unlabelled: Collection[str] = (),
 ) -> list[tuple[pathlib.Path, pathlib.Path]]:
     """Draw `count` scenes of `size` (width, height) into `out_dir`; return (image, label) paths.
 
@@ -73,11 +80,11 @@ def write_scenes(
     sees exactly what it would see on the FSx mount. `light="night"` draws the same streets
     dark and blue (scenes a day-trained model has not seen); `class_map` exports the labels
     with the wrong class map, as a misconfigured annotation tool would: every pixel of class
-    `a` is written as `class_map[a]` (valid files, wrong labels).
+    `a` is written as `class_map[a]` (valid files, wrong labels). `layout` and `unlabelled` are
+    as in `draw_scene`; the manifest's `class_pixels` count the label as written.
     """
-    if light not in LIGHTS:
-        raise ValueError(f"light must be one of {', '.join(LIGHTS)}, not {light!r}")
-    remap = _class_remap(class_map or {})
+    _skipped_ids(light, layout, unlabelled)  # fail before any folder is made
+    remap = class_remap(class_map or {})
     width, height = size
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
@@ -91,7 +98,8 @@ def write_scenes(
     entries: list[ManifestEntry] = []
     for index in range(count):
         # Seeded per scene: scene `index` is the same whatever `count` is. Not for security.
-        image, label = draw_scene(size, random.Random(f"{seed}:{index}"), light=light)  # noqa: S311
+        rng = random.Random(f"{seed}:{index}")  # noqa: S311
+        image, label = draw_scene(size, rng, light=light, layout=layout, unlabelled=unlabelled)
         label = Image.fromarray(remap[np.asarray(label)]) if class_map else label
         stem = f"s{seed}-{index:05d}"
         image_bytes = _encode(image, "JPEG", quality=90)
@@ -130,11 +138,15 @@ def _encode(picture: Image.Image, fmt: str, **options: int) -> bytes:
 
 
 class _Canvas:
-    """An image and its label, painted together so every shape lands in both."""
+    """An image and its label, painted together so every shape lands in both.
 
-    def __init__(self, width: int, height: int) -> None:
+    Shapes of a class in `skip` land in the image only: the label keeps what was drawn behind them.
+    """
+
+    def __init__(self, width: int, height: int, skip: frozenset[int] = frozenset()) -> None:
         self.width = width
         self.height = height
+        self.skip = skip
         self.image = Image.new("RGB", (width, height))
         self.label = Image.new("L", (width, height), IGNORE_INDEX)
         self._image_draw = ImageDraw.Draw(self.image)
@@ -142,17 +154,20 @@ class _Canvas:
 
     def polygon(self, points: list[Point], cls: str, color: Color) -> None:
         self._image_draw.polygon(points, fill=color)
-        self._label_draw.polygon(points, fill=CLASS_ID[cls])
+        if CLASS_ID[cls] not in self.skip:
+            self._label_draw.polygon(points, fill=CLASS_ID[cls])
 
     def rectangle(self, box: tuple[float, float, float, float], cls: str, color: Color) -> None:
         x0, y0, x1, y1 = box
         box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
         self._image_draw.rectangle(box, fill=color)
-        self._label_draw.rectangle(box, fill=CLASS_ID[cls])
+        if CLASS_ID[cls] not in self.skip:
+            self._label_draw.rectangle(box, fill=CLASS_ID[cls])
 
     def ellipse(self, box: tuple[float, float, float, float], cls: str, color: Color) -> None:
         self._image_draw.ellipse(box, fill=color)
-        self._label_draw.ellipse(box, fill=CLASS_ID[cls])
+        if CLASS_ID[cls] not in self.skip:
+            self._label_draw.ellipse(box, fill=CLASS_ID[cls])
 
     def paint_only(self, box: tuple[float, float, float, float], color: Color) -> None:
         """Detail that does not change the class (windows, lane marks drawn as rectangles)."""
@@ -168,9 +183,10 @@ def _jitter(color: Color, rng: random.Random, amount: int) -> Color:
 
 
 LIGHTS = ("day", "night")
+LAYOUTS = ("city", "highway")
 
 
-def _class_remap(class_map: dict[str, str]) -> np.ndarray:
+def class_remap(class_map: dict[str, str]) -> np.ndarray:
     """A lookup table from train id to the id written, for `class_map` {"road": "sky", ...}."""
     table = np.arange(256, dtype=np.uint8)
     for source, target in class_map.items():
@@ -180,18 +196,48 @@ def _class_remap(class_map: dict[str, str]) -> np.ndarray:
     return table
 
 
-def draw_scene(size: tuple[int, int], rng: random.Random, *, light: str = "day") -> tuple[Image.Image, Image.Image]:
-    """One street scene: the RGB image and its train-id label, drawn back to front."""
+def _skipped_ids(light: str, layout: str, unlabelled: Collection[str]) -> frozenset[int]:
+    """Check a scene's style; return the ids of the classes left out of the label."""
+    if light not in LIGHTS:
+        raise ValueError(f"light must be one of {', '.join(LIGHTS)}, not {light!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, not {layout!r}")
+    if isinstance(unlabelled, str):  # "pole" would otherwise read as the classes "p", "o", ...
+        raise TypeError(f"unlabelled must be a collection of class names, not the string {unlabelled!r}")
+    unknown = sorted(set(unlabelled) - CLASS_ID.keys())
+    if unknown:
+        raise ValueError(f"unlabelled {unknown}: must be classes of the taxonomy")
+    return frozenset(CLASS_ID[name] for name in unlabelled)
+
+
+def draw_scene(
+    size: tuple[int, int],
+    rng: random.Random,
+    *,
+    light: str = "day",
+    layout: str = "city",
+    unlabelled: Collection[str] = (),
+) -> tuple[Image.Image, Image.Image]:
+    """One scene: the RGB image and its train-id label, drawn back to front.
+
+    `layout` is a `"city"` street or a `"highway"`; classes in `unlabelled` are painted into the
+    image only, so the label shows what lies behind them. The image depends on `size`, `rng`,
+    `light` and `layout` alone, never on `unlabelled`.
+    """
+    skip = _skipped_ids(light, layout, unlabelled)
     width, height = size
-    canvas = _Canvas(width, height)
+    canvas = _Canvas(width, height, skip)
     horizon = height * rng.uniform(0.38, 0.52)
     vanish_x = width * rng.uniform(0.35, 0.65)
 
     _draw_sky(canvas, horizon, rng)
-    _draw_buildings(canvas, horizon, rng)
-    _draw_ground(canvas, horizon, vanish_x, rng)
-    _draw_trees(canvas, horizon, rng)
-    _draw_street_objects(canvas, horizon, vanish_x, rng)
+    if layout == "highway":
+        _draw_highway(canvas, horizon, vanish_x, rng)
+    else:
+        _draw_buildings(canvas, horizon, rng)
+        _draw_ground(canvas, horizon, vanish_x, rng)
+        _draw_trees(canvas, horizon, rng)
+        _draw_street_objects(canvas, horizon, vanish_x, rng)
     return _light(canvas.image, horizon, rng, night=light == "night"), canvas.label
 
 
@@ -261,18 +307,23 @@ def _draw_ground(canvas: _Canvas, horizon: float, vanish_x: float, rng: random.R
     paint: Color = (235, 235, 230) if rng.random() < 0.8 else (230, 190, 40)
     lanes = rng.choice((1, 2))
     for lane in range(1, lanes + 1):
-        offset = (lane / (lanes + 1) - 0.5) * 2 * half_bottom
-        dashes = 6
-        for dash in range(dashes):
-            t0 = (dash + 0.2) / dashes
-            t1 = (dash + 0.6) / dashes
-            y0 = horizon + (bottom - horizon) * t0**1.5
-            y1 = horizon + (bottom - horizon) * t1**1.5
-            half0 = max(0.5, 0.015 * width * (y0 - horizon) / (bottom - horizon))
-            half1 = max(0.5, 0.015 * width * (y1 - horizon) / (bottom - horizon))
-            x0 = vanish_x + offset * (y0 - horizon) / (bottom - horizon)
-            x1 = vanish_x + offset * (y1 - horizon) / (bottom - horizon)
-            canvas.paint_polygon_only([(x0 - half0, y0), (x0 + half0, y0), (x1 + half1, y1), (x1 - half1, y1)], paint)
+        _dashed_line(canvas, horizon, vanish_x, (lane / (lanes + 1) - 0.5) * 2 * half_bottom, paint)
+
+
+def _dashed_line(canvas: _Canvas, horizon: float, vanish_x: float, offset: float, paint: Color) -> None:
+    """A dashed lane mark meeting the bottom edge `offset` pixels from the vanishing point."""
+    width, bottom = canvas.width, canvas.height - 1
+    dashes = 6
+    for dash in range(dashes):
+        t0 = (dash + 0.2) / dashes
+        t1 = (dash + 0.6) / dashes
+        y0 = horizon + (bottom - horizon) * t0**1.5
+        y1 = horizon + (bottom - horizon) * t1**1.5
+        half0 = max(0.5, 0.015 * width * (y0 - horizon) / (bottom - horizon))
+        half1 = max(0.5, 0.015 * width * (y1 - horizon) / (bottom - horizon))
+        x0 = vanish_x + offset * (y0 - horizon) / (bottom - horizon)
+        x1 = vanish_x + offset * (y1 - horizon) / (bottom - horizon)
+        canvas.paint_polygon_only([(x0 - half0, y0), (x0 + half0, y0), (x1 + half1, y1), (x1 - half1, y1)], paint)
 
 
 def _draw_trees(canvas: _Canvas, horizon: float, rng: random.Random) -> None:
@@ -346,13 +397,16 @@ def _draw_person(canvas: _Canvas, x: float, base: float, scale: float, rng: rand
     canvas.ellipse((x - head, base - tall, x + head, base - tall * 0.82), "person", skin)
 
 
-def _draw_pole(canvas: _Canvas, x: float, base: float, scale: float, rng: random.Random) -> None:
+def _draw_pole(
+    canvas: _Canvas, x: float, base: float, scale: float, rng: random.Random, *, sign_only: bool = False
+) -> None:
     tall = max(10.0, scale * rng.uniform(0.9, 1.3))
     half = max(1.0, tall * 0.035)
     canvas.rectangle((x - half, base - tall, x + half, base), "pole", _jitter((110, 110, 115), rng, 15))
     top = base - tall
     size = max(4.0, tall * 0.18)
-    if rng.random() < 0.5:
+    # Short-circuits for highways only, so city scenes draw the same numbers as before.
+    if not sign_only and rng.random() < 0.5:
         # A traffic light: a dark box with one lit lamp (the lamp is still traffic light).
         canvas.rectangle((x - size * 0.4, top, x + size * 0.4, top + size * 1.2), "traffic light", (30, 30, 30))
         lamp: Color = rng.choice(((230, 40, 30), (240, 180, 20), (40, 220, 90)))
@@ -373,6 +427,79 @@ def _draw_pole(canvas: _Canvas, x: float, base: float, scale: float, rng: random
             )
         else:
             canvas.rectangle(box, "traffic sign", face)
+
+
+def _draw_highway(canvas: _Canvas, horizon: float, vanish_x: float, rng: random.Random) -> None:
+    """A motorway: a wide road of 2-4 lanes between terrain and trees, guard rails, cars and signs."""
+    width, bottom = canvas.width, canvas.height - 1
+    canvas.rectangle((0, horizon, width - 1, bottom), "terrain", _jitter((115, 140, 75), rng, 20))
+    if rng.random() < 0.7:
+        _draw_treeline(canvas, horizon, rng)
+    # Wider than the city road: at the bottom edge it spans the frame, leaving terrain at the sides.
+    half_bottom = width * rng.uniform(0.65, 0.95)
+    left, right = vanish_x - half_bottom, vanish_x + half_bottom
+    road = [(vanish_x - 1, horizon), (vanish_x + 1, horizon), (right, bottom), (left, bottom)]
+    canvas.polygon(road, "road", _jitter((80, 78, 82), rng, 12))
+    lanes = rng.randint(2, 4)
+    paint = _jitter((235, 235, 230), rng, 8)
+    for lane in range(1, lanes):
+        _dashed_line(canvas, horizon, vanish_x, (lane / lanes - 0.5) * 2 * half_bottom, paint)
+    steel = _jitter((165, 168, 172), rng, 12)
+    rail = (bottom - horizon) * rng.uniform(0.08, 0.14)
+    for side in rng.choice(((-1,), (1,), (-1, 1))):
+        # A guard rail is fence in Cityscapes: a band on the road edge, thickening towards the camera.
+        edge = vanish_x + side * half_bottom * 1.03
+        canvas.polygon([(vanish_x, horizon), (edge, bottom), (edge, bottom - rail)], "fence", steel)
+    _draw_highway_objects(canvas, horizon, vanish_x, rng, half_bottom=half_bottom, lanes=lanes)
+
+
+def _draw_treeline(canvas: _Canvas, horizon: float, rng: random.Random) -> None:
+    """Far woods along the horizon, where a city street has its buildings."""
+    crest = horizon * rng.uniform(0.75, 0.92)
+    points: list[Point] = [(0.0, horizon + 1)]
+    x = 0.0
+    while x < canvas.width:
+        points.append((x, crest - rng.uniform(0, 0.08) * horizon))
+        x += canvas.width * rng.uniform(0.03, 0.08)
+    points += [(canvas.width - 1.0, crest), (canvas.width - 1.0, horizon + 1)]
+    canvas.polygon(points, "vegetation", _jitter((60, 95, 45), rng, 20))
+
+
+def _draw_highway_objects(
+    canvas: _Canvas, horizon: float, vanish_x: float, rng: random.Random, *, half_bottom: float, lanes: int
+) -> None:
+    """Trees and bushes beyond the road, cars in their lanes, signs on poles; far ones first."""
+    things: list[tuple[float, str, float]] = []  # (depth, kind, side or lane centre in -1..1)
+    things += [(rng.uniform(0.05, 1.0), "tree", rng.choice((-1, 1))) for _ in range(rng.randint(2, 6))]
+    things += [
+        (rng.uniform(0.1, 1.0), "car", (rng.randrange(lanes) + 0.5) / lanes * 2 - 1) for _ in range(rng.randint(1, 4))
+    ]
+    things += [(rng.uniform(0.3, 1.0), "pole", rng.choice((-1, 1))) for _ in range(rng.randint(0, 2))]
+    for depth, kind, where in sorted(things):
+        base = horizon + (canvas.height - 1 - horizon) * depth
+        scale = depth * canvas.height
+        road_half = half_bottom * depth
+        if kind == "car":
+            _draw_car(canvas, vanish_x + where * road_half, base, scale, rng)
+        elif kind == "tree":
+            _draw_roadside_tree(canvas, vanish_x + where * road_half * 1.1, base, scale, rng, side=where)
+        else:
+            _draw_pole(canvas, vanish_x + where * (road_half * 1.12 + 3), base, scale, rng, sign_only=True)
+
+
+def _draw_roadside_tree(
+    canvas: _Canvas, edge: float, base: float, scale: float, rng: random.Random, *, side: float
+) -> None:
+    """A tree or a bush standing on the terrain just beyond `edge`, away from the road."""
+    radius = max(1.5, scale * rng.uniform(0.1, 0.25))
+    x = edge + side * radius * 1.2
+    green = _jitter((65, 105, 40), rng, 25)
+    if rng.random() < 0.4:
+        canvas.ellipse((x - radius, base - radius, x + radius, base + radius * 0.2), "vegetation", green)
+        return
+    trunk = max(1.0, radius * 0.15)
+    canvas.rectangle((x - trunk, base - radius, x + trunk, base), "vegetation", (80, 60, 40))
+    canvas.ellipse((x - radius, base - radius * 2.6, x + radius, base - radius * 0.6), "vegetation", green)
 
 
 def _light(image: Image.Image, horizon: float, rng: random.Random, *, night: bool = False) -> Image.Image:
