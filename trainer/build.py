@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +73,14 @@ def manifest_path(args: argparse.Namespace) -> Path:
 
 
 def datasets(
-    args: argparse.Namespace, manifest: Path, held: Sequence[str] = ()
+    args: argparse.Namespace, manifest: Path, left_out: Collection[str] = ()
 ) -> tuple[SegmentationDataset, SegmentationDataset]:
     """The train and val splits of the manifest, the first augmented; both checked against the
-    manifest's sha256 as they are read unless `--verify-checksums false`. Batches screening
-    `held` are in neither; a `benchmark` batch is evaluated on (both its splits), never trained on."""
-    entries = [entry for entry in read_manifest(manifest) if entry.batch not in held]
+    manifest's sha256 as they are read unless `--verify-checksums false`. The pairs screening
+    left out (their images, `left_out`) are in neither; a `benchmark` pair is evaluated on (both
+    splits), never trained on."""
+    left_out = frozenset(left_out)
+    entries = [entry for entry in read_manifest(manifest) if entry.image not in left_out]
     train_entries = [entry for entry in entries if entry.split == "train" and entry.trust != "benchmark"]
     val_entries = [entry for entry in entries if entry.split == "val" or entry.trust == "benchmark"]
     if not train_entries or not val_entries:

@@ -132,8 +132,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def model_document(state_dict: dict[str, torch.Tensor], *, width: float, classes: list[str]) -> dict[str, Any]:
-    """The model file: inference weights (no booster heads) and what it takes to rebuild the net."""
+def model_document(
+    state_dict: dict[str, torch.Tensor], *, width: float, classes: list[str], basis: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The model file: inference weights (no booster heads), what it takes to rebuild the net, and
+    what it learned from (`basis`: teams, batches and pair keys; screening/phase.py reads it)."""
     return {
         "format": MODEL_FORMAT,
         "version": 1,
@@ -141,6 +144,7 @@ def model_document(state_dict: dict[str, torch.Tensor], *, width: float, classes
         "width": width,
         "classes": list(classes),
         "state_dict": {k: v for k, v in state_dict.items() if not k.startswith("aux_heads.")},
+        **({"basis": basis} if basis is not None else {}),
     }
 
 

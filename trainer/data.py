@@ -58,10 +58,12 @@ class Entry:
     label_sha256: str = ""
     # Pixels per train id (keys are ids as strings, as JSON has them); empty if not recorded.
     class_pixels: dict[str, int] = field(default_factory=dict)
-    # The drop it came in, and how far its labels are trusted (`screening/phase.py`): trusted, new,
-    # released or benchmark. A manifest without trust (a labelled folder) is all new.
+    # The drop it came in, and how far this pair's labels are trusted (`screening/verdicts.py`):
+    # trusted, new, released or benchmark. A manifest without trust (a labelled folder) is all new.
     batch: str = ""
     trust: str = "new"
+    # The annotation team that sent it ("" where the manifest does not say: its batch name's first part).
+    team: str = ""
 
 
 TRUSTS = ("trusted", "new", "released", "benchmark")
@@ -85,6 +87,7 @@ def read_manifest(path: Path) -> list[Entry]:
                     class_pixels={str(k): int(v) for k, v in record.get("class_pixels", {}).items()},
                     batch=str(record.get("batch") or ""),
                     trust=str(record.get("trust") or "new"),
+                    team=str(record.get("team") or ""),
                 )
             except (ValueError, KeyError, TypeError) as error:
                 raise ValueError(f"{path}:{number}: not a manifest entry ({error!r})") from error

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -74,6 +75,7 @@ def make_loader(
     pin_memory: bool,
     prefetch_factor: int = 0,
     drop_last: bool = False,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
 ) -> DataLoader[Any]:
     """A DataLoader laid out as the module docstring says (`prefetch_factor` 0: the default)."""
     parallel: dict[str, Any] = (
@@ -92,6 +94,7 @@ def make_loader(
         num_workers=workers,
         pin_memory=pin_memory,
         drop_last=drop_last,
+        collate_fn=collate_fn,
         # A private generator: making an iterator then draws nothing from the global RNG, so a
         # run resumed mid-epoch continues the very same dropout stream.
         generator=torch.Generator(),

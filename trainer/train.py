@@ -337,10 +337,10 @@ def train(  # noqa: PLR0912, PLR0915
     manifest = build.manifest_path(args)
     dataset_version = args.dataset_version or manifest.stem
     classes = [name.strip() for name in args.classes.split(",")]
-    # --- screening: the accepted model judges the new batches' labels before they are trained on ---
+    # --- screening: the accepted model judges every new pair's labels before they are trained on;
+    # held batches and the pairs left out for their team to fix are in neither split ---
     accepted, screening = screening_phase.before_training(args, context, classes, manifest)
-    held = screening.held if screening else []
-    train_set, val_set = build.datasets(args, manifest, held=held)
+    train_set, val_set = build.datasets(args, manifest, left_out=screening.left_out if screening else ())
     train_sampler, train_loader, val_loader = build.loaders(args, context, train_set, val_set)
     layout = EpochLayout(len(train_set), context.world_size, args.batch_size * args.grad_accum)
     steps_per_epoch = layout.steps
@@ -522,7 +522,7 @@ def train(  # noqa: PLR0912, PLR0915
     candidate = scores.confusion_by_batch(
         bare_model, val_set, len(classes), device, batch_size=args.val_batch_size or args.batch_size
     )
-    accepted_by_batch = scores.from_lists(state.baseline)
+    held, accepted_by_batch = (screening.held if screening else []), scores.from_lists(state.baseline)
     lineage_info["evaluation"] = scores.evaluation(
         classes, val_set.entries, candidate, accepted_by_batch, held=held, trained=train_set.entries
     )
@@ -530,7 +530,9 @@ def train(  # noqa: PLR0912, PLR0915
     # --- the model: rank 0 alone writes it; every rank holds the same weights ---
     if context.is_main:
         model_path = Path(args.model_dir) / checkpoint.MODEL_FILE
-        document = checkpoint.model_document(bare_model.state_dict(), width=args.width, classes=classes)
+        # What it learned from goes with it: when it judges the next drops, it never judges these.
+        basis, inference = screening_phase.Basis.of(train_set.entries).to_document(), bare_model.state_dict()
+        document = checkpoint.model_document(inference, width=args.width, classes=classes, basis=basis)
         checkpoint.save_atomically(document, model_path)
         metrics.write_metrics(metrics_folders, lineage_info, state.history, state.baseline, complete=True)
         log.info("model saved to %s; final mIoU %.4f", model_path, state.history[-1]["miou"])

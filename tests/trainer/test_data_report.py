@@ -13,46 +13,49 @@ SCORES_BEFORE = {"miou": 0.30, "per_class_iou": {"road": 0.60, "sky": 0.40, "car
 SCORES_AFTER = {"miou": 0.33, "per_class_iou": {"road": 0.65, "sky": 0.395, "car": 0.1}}
 
 
+def _pair(image: str, verdict: str, **more: object) -> dict[str, object]:
+    return {
+        "image": image,
+        "label": image.replace("images", "labels").replace(".jpg", ".png"),
+        "verdict": verdict,
+        "contradicted": verdict in {"held", "left out"},
+        "excess": 0.6 if verdict == "held" else 0.0,
+        "quality": 0.1 if verdict == "held" else 0.9,
+        "confusion": "labelled sky where the model sees road (900 pixels)" if verdict == "held" else "",
+        **more,
+    }
+
+
 def _screening(folder: Path) -> None:
-    (folder / "screening" / "team-b").mkdir(parents=True)
-    Image.new("RGB", (8, 4), (200, 0, 0)).save(folder / "screening" / "team-b" / "1.png")
+    (folder / "screening" / "berlin-02").mkdir(parents=True)
+    Image.new("RGB", (8, 4), (200, 0, 0)).save(folder / "screening" / "berlin-02" / "1.png")
     document = {
+        "schema_version": 2,
         "model": "s3://bucket/models/runs/r/model.pt",
-        "calibration": "trusted pairs",
-        "reference_pairs": 12,
-        "reference_share": 0.05,
-        "rule": {"margin": 0.15, "unfamiliar": 0.2},
-        "held": ["team-b"],
+        "calibration": {"kind": "independent", "text": "trusted validation pairs", "pairs": 12, "pair_bar": 0.04},
+        "rule": {"batch_margin": 0.3},
+        "held": ["berlin-02"],
         "batches": {
-            "team-b": {
-                "trust": "new",
-                "pairs": 4,
-                "share": 0.7,
-                "excess": 0.65,
+            "berlin-02": {
+                "team": "berlin",
+                "pair_count": 4,
+                "judged": 4,
+                "contradicted": 4,
+                "verdict": "held",
                 "held": True,
-                "above_bar": True,
-                "reasons": [
-                    "70.0 % of its labelled pixels contradict the accepted model",
-                    "labelled sky where the model sees road: 87 % of those pixels",
-                ],
-                "worst_pairs": [
-                    {
-                        "image": "images/b/1.jpg",
-                        "label": "labels/b/1.png",
-                        "quality": 0.1,
-                        "picture": "screening/team-b/1.png",
-                    }
-                ],
+                "reasons": ["labelled sky where the model sees road: 87 % of the road pixels the model sees"],
+                "pairs": [_pair("images/b/1.jpg", "held", picture="screening/berlin-02/1.png")]
+                + [_pair(f"images/b/{n}.jpg", "held") for n in (2, 3, 4)],
             },
-            "team-c": {
-                "trust": "new",
-                "pairs": 4,
-                "share": 0.05,
-                "excess": 0.0,
+            "zurich-01": {
+                "team": "zurich",
+                "pair_count": 4,
+                "judged": 4,
+                "contradicted": 0,
+                "verdict": "ok",
                 "held": False,
-                "above_bar": False,
                 "reasons": ["within"],
-                "worst_pairs": [],
+                "pairs": [_pair(f"images/c/{n}.jpg", "passed") for n in range(4)],
             },
         },
     }
@@ -61,12 +64,12 @@ def _screening(folder: Path) -> None:
 
 def test_a_held_batch_is_pictured_named_and_given_its_release_command(tmp_path: Path) -> None:
     _screening(tmp_path)
-    html = section(tmp_path, {"screening": {"screened": True, "held": ["team-b"]}})
+    html = section(tmp_path, {"screening": {"screened": True, "held": ["berlin-02"]}})
     assert "<h2 id='new-data'>New data</h2>" in html
-    assert "labelled sky where the model sees road: 87 % of those pixels" in html
-    assert html.count("data:image/png;base64,") == 1 and "90.0 % of its pixels contradicted" in html
-    assert "retrain data release team-b" in html and "retrain data purge team-b" in html
-    assert "<h3 id='batch-team-c'>" not in html, "a batch within the bar gets no pictures"
+    assert "labelled sky where the model sees road: 87 % of the road pixels the model sees" in html
+    assert html.count("data:image/png;base64,") == 1 and "labelled sky where the model sees road (900" in html
+    assert "retrain data release berlin-02 --reason" in html and "retrain data purge berlin-02" in html
+    assert "<h3 id='batch-zurich-01'>" not in html, "a batch that passed gets no pictures"
 
 
 def test_each_drops_impact_and_the_trusted_set_are_tabled(tmp_path: Path) -> None:

@@ -1,65 +1,200 @@
-"""The first phase of a run with an accepted model: screen the version's new batches, hold the
-ones the model confidently contradicts, and leave pictures of their worst pairs for people.
+"""The first phase of a run with an accepted model: judge every new pair's labels before training.
 
-Every pair carries its batch's *trust* in the manifest (the trigger writes it when it freezes the
-version, from the ledger): `trusted` (an accepted run trained on it), `new` (not yet judged),
-`released` (held once, let in by an operator: screened and reported, never held again by us) and
-`benchmark` (the team's evaluation set: never trained on). The thresholds come from up to
-`calibration_pairs` trusted pairs, and so do the confusions and predictions the hold rule
-compares each batch with (`screening.HoldRule`);
-with no trusted pair (a version frozen before batches had a trust) they come from the screened
-pairs themselves, as cleanlab does, and the result says so.
+1. Calibrate (`rule.py`) on labels the accepted model did not learn from: the validation pairs
+   of trusted pairs and every benchmark pair (*independent*). With none (the first drops), on the
+   validation pairs of the batches the model learned from (*provisional*): never trained on,
+   but checked by nobody, so the model's word counts only as far as `verdicts.py` allows.
+2. Judge every new or released pair the accepted model did not train on (its *basis*, kept in the
+   model file): per pair its excess of likely errors, coverage and label quality; per batch its
+   share of contradicted pairs and its systematically relabelled classes.
+3. Decide (`verdicts.py`): pairs left out, batches held, disputed or not judged.
 
-Each rank screens every `world_size`-th pair; the tallies travel to every rank, so all of them
-hold the same batches. Rank 0 writes `screening.json` and the pictures under `screening/`.
+Each rank screens every `world_size`-th pair, fed by the loader's workers; the counts travel to
+every rank, so every rank leaves out the same pairs. Rank 0 writes `screening.json` and the
+pictures (`pictures.py`) beside `metrics.json`.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
-from PIL import Image
 from torch import nn
+from torch.utils.data import Dataset, SequentialSampler
 
 from trainer import checkpoint, distributed
 from trainer.build import baseline_model as build_baseline
 from trainer.data import Entry, SegmentationDataset, parse_size, read_manifest, to_device
 from trainer.decode import ImageDecoder, pick_decoder
+from trainer.loader import default_workers, make_loader
 from trainer.model import BiSeNetV2
-from trainer.screening.rule import NO_THRESHOLD, HoldRule, SelfConfidence, Tally, likely_errors
+from trainer.screening import pictures
+from trainer.screening.rule import (
+    BatchJudgement,
+    Calibration,
+    CalibrationBuilder,
+    PairCounts,
+    Rule,
+    calibrate,
+    count_pair,
+    judge_batch,
+    merge,
+    top_confusion,
+)
+from trainer.screening.verdicts import INDEPENDENT, PROVISIONAL, BatchCase, Decisions, decide, summary_counts
 
 log = logging.getLogger("trainer")
 
 TRUSTED, NEW, RELEASED, BENCHMARK = "trusted", "new", "released", "benchmark"
 SCREENED = (NEW, RELEASED)
-# The official Cityscapes colours of the train ids (functions/common/taxonomy.py has the same;
-# the trainer imports nothing from functions/, and a test checks that the two agree).
-CITYSCAPES_COLORS: tuple[tuple[int, int, int], ...] = (
-    (128, 64, 128), (244, 35, 232), (70, 70, 70), (102, 102, 156), (190, 153, 153),
-    (153, 153, 153), (250, 170, 30), (220, 220, 0), (107, 142, 35), (152, 251, 152),
-    (70, 130, 180), (220, 20, 60), (255, 0, 0), (0, 0, 142), (0, 0, 70),
-    (0, 60, 100), (0, 80, 100), (0, 0, 230), (119, 11, 32),
-)  # fmt: skip
-PICTURE_WIDTH = 192  # each of the four panels of a pair's picture
 MIN_WIDTH = 256  # the narrowest the model screens at
+
+
+def pair_key(entry: Entry) -> str:
+    """A pair's content, short: what a model's basis lists (its labels may change; its key with them)."""
+    return hashlib.sha256(f"{entry.image_sha256}:{entry.label_sha256}".encode()).hexdigest()[:16]
+
+
+def team_of(entry: Entry) -> str:
+    """The annotation team: batches are named `<team>-<anything>` (the template's AnnotationTeams)."""
+    return entry.team or entry.batch.split("-", 1)[0]
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What a model learned from: written into its model file, read when it judges."""
+
+    teams: frozenset[str] = frozenset()
+    batches: frozenset[str] = frozenset()
+    pairs: frozenset[str] = frozenset()
+    known: bool = False  # model files from before screening by pair do not say
+
+    @classmethod
+    def of(cls, entries: Sequence[Entry]) -> Basis:
+        return cls(
+            teams=frozenset(team_of(e) for e in entries),
+            batches=frozenset(e.batch for e in entries),
+            pairs=frozenset(pair_key(e) for e in entries),
+            known=True,
+        )
+
+    @classmethod
+    def from_document(cls, document: dict[str, Any]) -> Basis:
+        found = document.get("basis")
+        if not isinstance(found, dict):
+            return cls()
+        return cls(
+            teams=frozenset(found.get("teams", [])),
+            batches=frozenset(found.get("batches", [])),
+            pairs=frozenset(found.get("pairs", [])),
+            known=True,
+        )
+
+    def to_document(self) -> dict[str, Any]:
+        return {"teams": sorted(self.teams), "batches": sorted(self.batches), "pairs": sorted(self.pairs)}
 
 
 @dataclass
 class Settings:
-    rule: HoldRule = field(default_factory=HoldRule)
-    scale: float = 0.5  # the model sees the pairs at this scale: a share needs no fine detail
+    rule: Rule = field(default_factory=Rule)
+    scale: float = 0.5  # the model sees the pairs at this scale
     calibration_pairs: int = 64
-    worst: int = 3  # pictures per held or suspect batch
+    pictures: int = 6  # pairs pictured per batch, worst first
+    workers: int = 0
+    batch_size: int = 8
+
+
+class _Indexed(Dataset[tuple[int, torch.Tensor, torch.Tensor]]):
+    def __init__(self, dataset: SegmentationDataset, indices: Sequence[int]) -> None:
+        self.dataset, self.indices = dataset, list(indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, position: int) -> tuple[int, torch.Tensor, torch.Tensor]:
+        index = self.indices[position]
+        return (index, *self.dataset[index])
+
+
+def _as_list(items: list[tuple[int, torch.Tensor, torch.Tensor]]) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+    return items  # pairs of several sizes: the main process groups them
+
+
+class Screener:
+    """The accepted model, in eval mode, turned into per-pixel probabilities and, per scene, an
+    embedding of what it sees (its context branch, pooled: `rule.Familiarity`)."""
+
+    def __init__(
+        self, model: nn.Module, device: torch.device, scale: float, batch_size: int = 8, workers: int = 0
+    ) -> None:
+        self.model, self.device, self.scale = model.eval(), device, scale
+        self.batch_size, self.workers = batch_size, workers
+        self._context: list[torch.Tensor] = []
+        semantic = getattr(model, "semantic", None)
+        if isinstance(semantic, nn.Module):
+            # The semantic branch's last stage (BiSeNetV2's context embedding), as it passes by.
+            semantic.register_forward_hook(lambda _module, _inputs, stages: self._context.append(stages[-1]))
+
+    @torch.inference_mode()
+    def probabilities(self, raw_images: torch.Tensor, raw_labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, K, h, w) probabilities and the (N, h, w) labels at the screening scale."""
+        probs, labels, _ = self.judge(raw_images, raw_labels)
+        return probs, labels
+
+    @torch.inference_mode()
+    def judge(
+        self, raw_images: torch.Tensor, raw_labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Probabilities and labels at the screening scale, and (N, D) unit scene embeddings."""
+        images, labels = to_device(raw_images, raw_labels, self.device, False)
+        # Never below MIN_WIDTH pixels across: small images shrunk further lose what the model
+        # needs to recognise anything (and cost little at full size).
+        scale = min(1.0, max(self.scale, MIN_WIDTH / images.shape[-1]))
+        if scale != 1.0:
+            images = F.interpolate(images, scale_factor=scale, mode="bilinear", align_corners=False)
+        self._context.clear()
+        logits = self.model(images)[0].float()
+        labels = F.interpolate(labels.unsqueeze(1).float(), size=logits.shape[-2:], mode="nearest").long()
+        probs = logits.softmax(dim=1)
+        # A model without a context branch is described by its mean prediction instead.
+        pooled = self._context[-1].float().mean(dim=(2, 3)) if self._context else probs.mean(dim=(2, 3))
+        return probs, labels[:, 0], F.normalize(pooled, dim=1).cpu()
+
+    def each(
+        self, dataset: SegmentationDataset, indices: Sequence[int]
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(index, probabilities, labels, embedding) per pair: the loader's workers decode, the
+        model runs on batches of same-sized pairs (a forward per pair costs several times as much)."""
+        if not indices:
+            return
+        subset = _Indexed(dataset, indices)
+        loader = make_loader(
+            subset,
+            batch_size=self.batch_size,
+            sampler=SequentialSampler(subset),
+            workers=self.workers,
+            pin_memory=False,
+            collate_fn=_as_list,
+        )
+        for chunk in loader:
+            by_size: dict[tuple[int, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
+            for item in chunk:
+                by_size.setdefault(tuple(item[1].shape), []).append(item)
+            for group in by_size.values():
+                probs, labels, embeddings = self.judge(
+                    torch.stack([g[1] for g in group]), torch.stack([g[2] for g in group])
+                )
+                for offset, (index, _, _) in enumerate(group):
+                    yield index, probs[offset], labels[offset], embeddings[offset]
 
 
 @dataclass
@@ -67,74 +202,72 @@ class Screening:
     """What the phase found; `to_json()` is `screening.json`."""
 
     model: str
-    calibration: str
-    reference_pairs: int
-    reference_share: float
-    rule: HoldRule
-    thresholds: dict[str, float | None]
+    calibration_kind: str
+    calibration_text: str
+    calibration: Calibration
+    classes: list[str]
+    rule: Rule
+    basis: Basis
+    decisions: Decisions
     batches: dict[str, dict[str, Any]]
     seconds: float = 0.0
 
     @property
     def held(self) -> list[str]:
-        return sorted(name for name, batch in self.batches.items() if batch["held"])
+        return sorted(name for name, d in self.decisions.batches.items() if d.held)
+
+    @property
+    def left_out(self) -> list[str]:
+        """Images of every pair this run leaves out: those of held batches' new pairs, and the
+        contradicted pairs of the others."""
+        found = []
+        for batch in self.batches.values():
+            found += [p["image"] for p in batch["pairs"] if p["verdict"] in ("held", "left out")]
+        return sorted(found)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "schema_version": 1,
+            "schema_version": 2,
             "model": self.model,
-            "calibration": self.calibration,
-            "reference_pairs": self.reference_pairs,
-            "reference_share": round(self.reference_share, 6),
-            "rule": {"margin": self.rule.margin, "unfamiliar": self.rule.unfamiliar},
-            "thresholds": self.thresholds,
+            "calibration": {
+                "kind": self.calibration_kind,
+                "text": self.calibration_text,
+                **self.calibration.to_json(self.classes),
+            },
+            "basis": {
+                "teams": sorted(self.basis.teams),
+                "batches": sorted(self.basis.batches),
+                "known": self.basis.known,
+            },
+            "rule": asdict(self.rule),
             "held": self.held,
+            "disputed": self.decisions.disputed,
+            "outvoted": self.decisions.outvoted,
+            "corroborated_by": self.decisions.corroborated_by,
+            "left_out": len(self.left_out),
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
         }
 
 
-class Screener:
-    """The accepted model, in eval mode, turned into per-pixel probabilities."""
-
-    def __init__(self, model: nn.Module, device: torch.device, scale: float, batch_size: int = 8) -> None:
-        self.model, self.device, self.scale, self.batch_size = model.eval(), device, scale, batch_size
-
-    @torch.inference_mode()
-    def probabilities(self, raw_images: torch.Tensor, raw_labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, K, h, w) probabilities and the (N, h, w) labels at the screening scale."""
-        images, labels = to_device(raw_images, raw_labels, self.device, False)
-        # Never below MIN_WIDTH pixels across: small images shrunk further lose what the model
-        # needs to recognise anything (and cost little at full size).
-        scale = min(1.0, max(self.scale, MIN_WIDTH / images.shape[-1]))
-        if scale != 1.0:
-            images = F.interpolate(images, scale_factor=scale, mode="bilinear", align_corners=False)
-        logits = self.model(images)[0].float()
-        labels = F.interpolate(labels.unsqueeze(1).float(), size=logits.shape[-2:], mode="nearest").long()
-        return logits.softmax(dim=1), labels[:, 0]
-
-    def each(
-        self, dataset: SegmentationDataset, indices: Sequence[int]
-    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-        """(index, probabilities, labels) per pair, the model run on batches of same-sized pairs
-        (a forward per pair would cost several times as much on a CPU, and on a GPU too)."""
-        for start in range(0, len(indices), self.batch_size):
-            chunk = [(index, *dataset[index]) for index in indices[start : start + self.batch_size]]
-            by_size: dict[tuple[int, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
-            for item in chunk:
-                by_size.setdefault(tuple(item[1].shape), []).append(item)
-            for group in by_size.values():
-                probs, labels = self.probabilities(
-                    torch.stack([g[1] for g in group]), torch.stack([g[2] for g in group])
-                )
-                for offset, (index, _, _) in enumerate(group):
-                    yield index, probs[offset], labels[offset]
-
-
-# The reference is estimated on every REFERENCE_STRIDE-th pixel of each reference pair's
-# rows and columns, kept from the first pass: a share needs no full resolution, and so trusted
-# pairs are run through the model once, not twice.
-REFERENCE_STRIDE = 4
+def _calibration_pairs(entries: Sequence[Entry], basis: Basis, limit: int) -> tuple[list[int], str, str]:
+    """Which pairs calibrate, of which kind, in words; spread over every batch (the manifest is in
+    batch order), never the first batch's pairs alone."""
+    independent = [
+        i for i, e in enumerate(entries) if (e.trust == TRUSTED and e.split == "val") or e.trust == BENCHMARK
+    ]
+    if independent:
+        chosen, kind = independent, INDEPENDENT
+        text = "labels it did not learn from and that earned trust (trusted validation pairs, the benchmark)"
+    else:
+        kind = PROVISIONAL
+        chosen = [i for i, e in enumerate(entries) if e.split == "val" and e.batch in basis.batches]
+        text = "the validation pairs of the batches it learned from (provisional: nobody has checked them)"
+        if not chosen:
+            chosen = [i for i, e in enumerate(entries) if e.split == "val"]
+            text = "every validation pair, the ones it judges included (provisional: its basis is unknown)"
+    chosen = chosen[:: max(1, len(chosen) // limit)][:limit]
+    return chosen, kind, text
 
 
 def screen_version(
@@ -145,150 +278,163 @@ def screen_version(
     settings: Settings,
     *,
     model_name: str,
+    basis: Basis,
 ) -> Screening:
-    """Screen every pair of a new or released batch of `entries` (indices into `dataset`)."""
+    """Judge every new or released pair of `entries` (indices into `dataset`) that the accepted
+    model did not train on."""
     started = time.perf_counter()
+    rule, k = settings.rule, len(classes)
     rank, world = _rank_and_world()
-    screened = [i for i, entry in enumerate(entries) if entry.trust in SCREENED]
-    trusted = [i for i, entry in enumerate(entries) if entry.trust == TRUSTED]
-    # Spread over every trusted batch (the manifest is in batch order), not the first one's pairs.
-    trusted = trusted[:: max(1, len(trusted) // settings.calibration_pairs)][: settings.calibration_pairs]
-    calibration = "trusted pairs" if trusted else "the screened pairs themselves (no trusted pair yet)"
-    reference = trusted or screened
+    calibration_pairs, kind, text = _calibration_pairs(entries, basis, settings.calibration_pairs)
 
-    # Pass 1: the thresholds, the model's average self-confidence per class on the reference,
-    # keeping a thinned copy of each reference pair for the reference share.
-    confidence = SelfConfidence(len(classes))
-    kept: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for _, probs, labels in screener.each(dataset, reference[rank::world]):
-        confidence.update(probs, labels)
-        thin = (slice(None, None, REFERENCE_STRIDE), slice(None, None, REFERENCE_STRIDE))
-        kept.append((probs[(slice(None), *thin)].half().cpu(), labels[thin].cpu()))
-    distributed.all_reduce_sum(confidence.sums)
-    distributed.all_reduce_sum(confidence.counts)
-    thresholds = confidence.thresholds()
-    reference_tally = Tally(len(classes))
-    for probs, labels in kept:
-        reference_tally.add(probs.float(), labels, thresholds)
+    # Pass 1: thresholds, competence and the scenes it knows, keeping each calibration pair
+    # thinned for the rates (which need the thresholds first).
+    builder = CalibrationBuilder(k)
+    embeddings: list[torch.Tensor] = []
+    for _, probs, labels, embedding in screener.each(dataset, calibration_pairs[rank::world]):
+        builder.update(probs, labels)
+        embeddings.append(embedding)
+    for total in (builder.sums, builder.counts, builder.confusion):
+        distributed.all_reduce_sum(total)
+    everyone = merge(distributed.gather_objects(embeddings))
+    calibration = calibrate(
+        builder,
+        rule,
+        merge(distributed.gather_objects(builder.pair_counts(rule))),
+        torch.stack(everyone) if everyone else None,
+    )
 
-    # Pass 2: every screened pair's verdict.
-    per_batch: dict[str, Tally] = {}
-    qualities: list[tuple[str, int, float]] = []
-    for index, probs, labels in screener.each(dataset, screened[rank::world]):
-        batch = entries[index].batch
-        tally = per_batch.setdefault(batch, Tally(len(classes)))
-        qualities.append((batch, index, tally.add(probs, labels, thresholds)))
-    gathered = distributed.gather_objects((reference_tally, per_batch, qualities))
-    for source, (other_ref, other_batches, other_qualities) in enumerate(gathered):
-        if source == rank:
-            continue
-        reference_tally.merge(other_ref)
-        for name, tally in other_batches.items():
-            per_batch.setdefault(name, Tally(len(classes))).merge(tally)
-        qualities.extend(other_qualities)
+    # Pass 2: every screenable pair, counted under that calibration.
+    screened = [i for i, e in enumerate(entries) if e.trust in SCREENED and pair_key(e) not in basis.pairs]
+    mine = [
+        (
+            index,
+            count_pair(
+                probs,
+                labels,
+                calibration.thresholds,
+                calibration.judged,
+                rule.temperature,
+                familiar=calibration.is_familiar(embedding),
+            ),
+        )
+        for index, probs, labels, embedding in screener.each(dataset, screened[rank::world])
+    ]
+    counted: dict[int, PairCounts] = dict(merge(distributed.gather_objects(mine)))
 
-    share, rule = reference_tally.share, settings.rule
+    by_batch: dict[str, list[int]] = {}
+    for index in screened:
+        by_batch.setdefault(entries[index].batch, []).append(index)
+    cases: list[BatchCase] = []
+    judged_batches: dict[str, BatchJudgement] = {}
+    for name, indices in sorted(by_batch.items()):
+        judged_now = judge_batch([counted[i] for i in indices], calibration, rule, classes)
+        released = frozenset(p for p, i in enumerate(indices) if entries[i].trust == RELEASED)
+        cases.append(BatchCase(name, team_of(entries[indices[0]]), judged_now, released))
+        judged_batches[name] = judged_now
+    decisions = decide(cases, kind, basis.teams, sorted(basis.batches & {e.batch for e in entries}), rule)
+
     batches: dict[str, dict[str, Any]] = {}
-    for name, tally in sorted(per_batch.items()):
-        trust = next(entry.trust for entry in entries if entry.batch == name)
-        excess, unfamiliar = tally.excess_share(reference_tally), tally.unfamiliarity(reference_tally)
-        above = rule.holds(excess, unfamiliar)
-        held = above and trust == NEW  # an operator's release stands
-        worst = sorted((q, i) for b, i, q in qualities if b == name)[: settings.worst]
+    for name in sorted(decisions.batches):
+        indices = by_batch.get(name, [])
+        judgement = judged_batches.get(name)
+        decision = decisions.batches[name]
+        pairs = []
+        for position, index in enumerate(indices):
+            entry, counts = entries[index], counted[index]
+            pairs.append(_pair_record(entry, counts, calibration, rule, classes, position, decision, judgement))
+        if decision.held:
+            # An outvoted batch's pairs the model trained on are held too (they were never screened).
+            listed = {p["image"] for p in pairs}
+            pairs += [
+                _unjudged_record(entry, "held")
+                for entry in entries
+                if entry.batch == name and entry.trust == NEW and entry.image not in listed
+            ]
+        pairs.sort(key=lambda p: (-p["excess"], p["quality"]))
         batches[name] = {
-            "trust": trust,
-            "pairs": tally.pairs,
-            "pixels": tally.pixels,
-            "likely_errors": tally.flagged,
-            "share": round(tally.share, 6),
-            "excess": round(excess, 6),
-            "unfamiliarity": round(unfamiliar, 4),
-            "held": held,
-            "above_bar": above,
-            "confusions": tally.confusions(classes, reference_tally),
-            "worst_pairs": [
-                {"image": entries[i].image, "label": entries[i].label, "quality": round(q, 4)} for q, i in worst
-            ],
-            "reasons": _reasons(tally, reference_tally, rule, classes, held=held, trust=trust),
+            "team": team_of(entries[indices[0]]) if indices else name.split("-", 1)[0],
+            "pairs": len(indices),
+            "judged": judgement.judged if judgement else 0,
+            "contradicted": len(judgement.contradicted) if judgement else 0,
+            "share": round(judgement.contradicted_share, 4) if judgement else 0.0,
+            "verdict": decision.verdict,
+            "held": decision.held,
+            "independent": decision.independent,
+            "findings": [f.to_json() for f in judgement.findings] if judgement else [],
+            "reasons": decision.reasons,
+            "pairs_list": pairs,
         }
+    for batch in batches.values():
+        batch["pairs"], batch["pair_count"] = batch.pop("pairs_list"), batch["pairs"]
     return Screening(
         model=model_name,
+        calibration_kind=kind,
+        calibration_text=text,
         calibration=calibration,
-        reference_pairs=reference_tally.pairs,
-        reference_share=share,
+        classes=classes,
         rule=rule,
-        thresholds={
-            name: (None if not np.isfinite(value) else round(float(value), 4))
-            for name, value in zip(classes, thresholds.tolist(), strict=True)
-        },
+        basis=basis,
+        decisions=decisions,
         batches=batches,
         seconds=time.perf_counter() - started,
     )
 
 
-def _reasons(
-    tally: Tally, reference: Tally, rule: HoldRule, classes: list[str], *, held: bool, trust: str
-) -> list[str]:
-    excess, unfamiliar = tally.excess_share(reference), tally.unfamiliarity(reference)
-    found = [
-        f"{100 * tally.share:.1f} % of its labelled pixels contradict the accepted model "
-        f"({100 * reference.share:.1f} % on trusted pairs); {100 * excess:.1f} % beyond the model's "
-        f"usual confusions (held from {100 * rule.margin:.0f} %)"
-    ]
-    if unfamiliar > rule.unfamiliar:
-        found.append(
-            f"the model does not know these scenes (its predictions differ from those on trusted pairs by "
-            f"{100 * unfamiliar:.0f} %, above {100 * rule.unfamiliar:.0f} %): not judged, trained on"
-        )
-        return found
-    if excess < rule.margin:
-        return [*found, "within what the model shows on labels it trusts"]
-    found += [c["text"] for c in tally.confusions(classes, reference)]
-    if not held and trust == RELEASED:
-        found.append("released by an operator: trained on, not held again")
-    return found
+def _pair_record(  # noqa: PLR0917  # one pair's facts, all of them needed
+    entry: Entry,
+    counts: PairCounts,
+    calibration: Calibration,
+    rule: Rule,
+    classes: Sequence[str],
+    position: int,
+    decision: Any,
+    judgement: Any,
+) -> dict[str, Any]:
+    judged = calibration.pair_is_judged(counts, rule)
+    contradicted = judgement is not None and position in judgement.contradicted
+    if entry.trust == RELEASED:
+        verdict = "released"
+    elif decision.held:
+        verdict = "held"
+    elif position in decision.left_out:
+        verdict = "left out"
+    elif not judged:
+        verdict = "not judged"
+    else:
+        verdict = "passed"
+    return {
+        "image": entry.image,
+        "label": entry.label,
+        "image_sha256": entry.image_sha256,
+        "label_sha256": entry.label_sha256,
+        "split": entry.split,
+        "trust": entry.trust,
+        "verdict": verdict,
+        "contradicted": contradicted,
+        "excess": round(counts.excess(calibration.usual), 4),
+        "coverage": round(counts.coverage, 4),
+        "familiar": counts.familiar,
+        "quality": round(counts.quality, 4),
+        "confusion": top_confusion(counts, calibration, classes),
+    }
 
 
-def write_pictures(
-    screener: Screener, dataset: SegmentationDataset, entries: Sequence[Entry], screening: Screening, folder: Path
-) -> None:
-    """Rank 0: for the worst pairs of each batch above the bar, the image, its label, the model's
-    prediction and the disagreement side by side, one small PNG each, under `folder/<batch>/`."""
-    thresholds = torch.tensor(
-        [NO_THRESHOLD if value is None else value for value in screening.thresholds.values()], dtype=torch.float64
-    )
-    by_image = {entry.image: index for index, entry in enumerate(entries)}
-    for name, batch in screening.batches.items():
-        if not batch["above_bar"]:
-            continue
-        for number, pair in enumerate(batch["worst_pairs"], start=1):
-            raw_image, raw_label = dataset[by_image[pair["image"]]]
-            probs, labels = screener.probabilities(raw_image.unsqueeze(0), raw_label.unsqueeze(0))
-            flagged, _ = likely_errors(probs[0], labels[0], thresholds)
-            picture = _side_by_side(raw_image, labels[0], probs[0].argmax(dim=0), flagged)
-            path = folder / name / f"{number}.png"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            picture.save(path, optimize=True)
-            pair["picture"] = f"screening/{name}/{number}.png"
-
-
-def _side_by_side(
-    raw_image: torch.Tensor, labels: torch.Tensor, predicted: torch.Tensor, flagged: torch.Tensor
-) -> Image.Image:
-    height = max(1, round(PICTURE_WIDTH * labels.shape[0] / labels.shape[1]))
-    size = (PICTURE_WIDTH, height)
-    palette = np.zeros((256, 3), dtype=np.uint8)
-    palette[: len(CITYSCAPES_COLORS)] = CITYSCAPES_COLORS
-    image = Image.fromarray(raw_image.permute(1, 2, 0).numpy()).resize(size, Image.Resampling.BILINEAR)
-    label = Image.fromarray(palette[labels.cpu().numpy().astype(np.uint8)]).resize(size, Image.Resampling.NEAREST)
-    guess = Image.fromarray(palette[predicted.cpu().numpy().astype(np.uint8)]).resize(size, Image.Resampling.NEAREST)
-    grey = np.asarray(image.convert("L").convert("RGB"), dtype=np.uint8).copy()
-    mask = np.asarray(Image.fromarray(flagged.cpu().numpy().astype(np.uint8) * 255).resize(size)) > 127
-    grey[mask] = (230, 30, 30)
-    canvas = Image.new("RGB", (PICTURE_WIDTH * 4 + 6, height), (255, 255, 255))
-    for column, panel in enumerate((image, label, guess, Image.fromarray(grey))):
-        canvas.paste(panel, (column * (PICTURE_WIDTH + 2), 0))
-    return canvas
+def _unjudged_record(entry: Entry, verdict: str) -> dict[str, Any]:
+    return {
+        "image": entry.image,
+        "label": entry.label,
+        "image_sha256": entry.image_sha256,
+        "label_sha256": entry.label_sha256,
+        "split": entry.split,
+        "trust": entry.trust,
+        "verdict": verdict,
+        "contradicted": False,
+        "excess": 0.0,
+        "coverage": 0.0,
+        "quality": 1.0,
+        "confusion": "the judging model learned from it: not judged by it",
+    }
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -306,32 +452,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         const=True,
         default=True,
         metavar="BOOL",
-        help="with an accepted model, screen new batches first and hold the ones it contradicts",
+        help="with an accepted model, judge every new pair first; leave out or hold what it contradicts",
+    )
+    rule = Rule()
+    group.add_argument(
+        "--screen-batch-margin",
+        type=float,
+        default=rule.batch_margin,
+        help="hold a batch when this share of its judged pairs is contradicted",
     )
     group.add_argument(
-        "--hold-unfamiliar",
+        "--screen-class-margin",
         type=float,
-        default=HoldRule.unfamiliar,
-        help="never hold a batch whose predictions differ more than this from those on trusted pairs",
+        default=rule.class_margin,
+        help="hold a batch that labels a class otherwise this much beyond the model's usual confusions",
     )
     group.add_argument(
-        "--hold-margin",
+        "--screen-pair-margin",
         type=float,
-        default=HoldRule.margin,
-        help="hold a batch whose likely errors beyond the model's usual confusions reach this share",
+        default=rule.pair_margin,
+        help="the least share of a pair's pixels beyond the usual confusions that contradicts it",
+    )
+    group.add_argument(
+        "--screen-competence",
+        type=float,
+        default=rule.competence,
+        help="judge a class only where the model's IoU on calibration labels reaches this",
     )
     group.add_argument("--screening-scale", type=float, default=Settings.scale, help="the scale the model screens at")
 
 
-def load_model(path: str, classes: list[str], device: torch.device) -> nn.Module:
-    """The accepted model, for screening and for the comparison with the candidate."""
+def settings_of(args: argparse.Namespace, context: distributed.Context) -> Settings:
+    rule = Rule(
+        competence=args.screen_competence,
+        pair_margin=args.screen_pair_margin,
+        batch_margin=args.screen_batch_margin,
+        class_margin=args.screen_class_margin,
+    )
+    # The loader's workers decode for screening as they do for training (build.loaders' count).
+    cuda = context.device.type == "cuda"
+    workers = args.workers if args.workers >= 0 else default_workers(context.local_world_size, accelerator=cuda)
+    return Settings(rule=rule, scale=args.screening_scale, workers=workers)
+
+
+def load_model(path: str, classes: list[str], device: torch.device) -> tuple[nn.Module, Basis]:
+    """The accepted model and what it learned from, for screening and the comparison."""
     document = checkpoint.load_model_document(Path(path))
     if document["classes"] != classes:
         raise SystemExit(f"the accepted model {path} predicts other classes than this run")
     model = BiSeNetV2(len(classes), width=document["width"], aux=False).to(device)
     model.load_state_dict(document["state_dict"])
     model.source = path  # type: ignore[assignment]  # named in the logs and metrics.json
-    return model.eval()
+    return model.eval(), Basis.from_document(document)
 
 
 def before_training(
@@ -340,73 +512,93 @@ def before_training(
     """The accepted model (if the job has one) and what screening the version with it found."""
     path = build_baseline(args)
     if path is None:
-        log.info("label screening: no accepted model yet, so nothing to screen with; every batch is trained on")
+        log.info("label screening: no accepted model yet, so nothing to screen with; every pair is trained on")
         return None, None
-    model = load_model(path, classes, context.device)
-    return model, phase(args, context, model, model_name=path, classes=classes, manifest=manifest)
+    model, basis = load_model(path, classes, context.device)
+    return model, phase(args, context, model, basis, model_name=path, classes=classes, manifest=manifest)
 
 
 def phase(
     args: argparse.Namespace,
     context: distributed.Context,
     model: nn.Module,
+    basis: Basis,
     *,
     model_name: str,
     classes: list[str],
     manifest: Path,
 ) -> Screening | None:
-    """Screen the version's new and released batches; rank 0 writes `screening.json` and the
+    """Screen the version's new and released pairs; rank 0 writes `screening.json` and the
     pictures beside `metrics.json`. None when screening is off or nothing is new."""
     if not args.screen_labels:
-        log.info("label screening is off (--screen-labels false): every batch is trained on")
+        log.info("label screening is off (--screen-labels false): every pair is trained on")
         return None
     entries = read_manifest(manifest)
     if not any(entry.trust in SCREENED for entry in entries):
-        log.info("label screening: no new or released batch in this version")
+        log.info("label screening: no new or released pair in this version")
         return None
     base_size = parse_size(args.base_size) if args.base_size else None
     dataset = SegmentationDataset(
         Path(args.data_dir), entries, None, base_size, ImageDecoder(pick_decoder(args.decoder))
     )
-    screener = Screener(model, context.device, args.screening_scale)
-    settings = Settings(rule=HoldRule(args.hold_margin, args.hold_unfamiliar), scale=args.screening_scale)
-    screening = screen_version(screener, dataset, entries, classes, settings, model_name=model_name)
+    settings = settings_of(args, context)
+    screener = Screener(model, context.device, settings.scale, settings.batch_size, settings.workers)
+    screening = screen_version(screener, dataset, entries, classes, settings, model_name=model_name, basis=basis)
     if context.is_main:
         output = Path(args.output_data_dir)
-        write_pictures(screener, dataset, entries, screening, output / "screening")
+        pictures.write(
+            screener.probabilities,
+            dataset,
+            entries,
+            screening.batches,
+            screening.calibration,
+            folder=output / "screening",
+            per_batch=settings.pictures,
+        )
         output.mkdir(parents=True, exist_ok=True)
         (output / "screening.json").write_text(json.dumps(screening.to_json(), indent=2), encoding="utf-8")
+    _log(screening)
+    return screening
+
+
+def _log(screening: Screening) -> None:
     log.info(
-        "label screening (%s, %.1f s): %d batches; %.1f %% likely errors on %d reference pairs",
-        screening.calibration,
+        "label screening (%.1f s): calibrated on %d pairs, %s; %d batches",
         screening.seconds,
+        screening.calibration.pairs,
+        screening.calibration_kind,
         len(screening.batches),
-        100 * screening.reference_share,
-        screening.reference_pairs,
     )
     for name, batch in screening.batches.items():
-        verdict = "HELD" if batch["held"] else "released, not held" if batch["above_bar"] else "ok"
-        log.info("  %s: %d pairs, %.1f %% likely errors: %s", name, batch["pairs"], 100 * batch["share"], verdict)
-        if batch["above_bar"]:
-            for reason in batch["reasons"][1:]:
+        log.info(
+            "  %s: %d pairs, %d judged, %d contradicted: %s",
+            name,
+            batch["pair_count"],
+            batch["judged"],
+            batch["contradicted"],
+            batch["verdict"].upper() if batch["held"] else batch["verdict"],
+        )
+        if batch["verdict"] != "ok":
+            for reason in batch["reasons"]:
                 log.info("    %s", reason)
-    return screening
 
 
 def summary(screening: Screening | None, have_model: bool) -> dict[str, Any]:
     """What `metrics.json` says of the screening; the details are in `screening.json`."""
     if screening is None:
-        why = "screening was off or no batch was new" if have_model else "no accepted model yet: nothing to screen with"
+        why = "screening was off or no pair was new" if have_model else "no accepted model yet: nothing to screen with"
         return {"screened": False, "why": why, "held": []}
     return {
         "screened": True,
         "file": "screening.json",
-        "calibration": screening.calibration,
-        "reference_share": round(screening.reference_share, 6),
-        "rule": {"margin": screening.rule.margin, "unfamiliar": screening.rule.unfamiliar},
+        "calibration": screening.calibration_kind,
+        "calibration_text": screening.calibration_text,
         "held": screening.held,
+        "disputed": screening.decisions.disputed,
+        "left_out": len(screening.left_out),
+        "verdicts": summary_counts(screening.decisions.batches),
         "batches": {
-            name: {k: batch[k] for k in ("trust", "pairs", "share", "excess", "unfamiliarity", "held")}
+            name: {k: batch[k] for k in ("team", "pair_count", "judged", "contradicted", "verdict", "held")}
             for name, batch in screening.batches.items()
         },
     }

@@ -1,9 +1,9 @@
 """The report's "New data" section: what screening found, and what each drop did to the model.
 
-For people who would rather look than read: for the worst pairs of each held (or suspect) batch,
-the image, its label, the model's prediction and the disagreement side by side (the PNGs
-`phase.write_pictures` left under `screening/`, embedded, so the page stays one file without a
-script), the command that releases the batch, then each batch's validation IoU under the
+For people who would rather look than read: each batch's verdict and why, then for the worst pairs
+of each batch with something to fix the image, its label, the model's prediction and the
+disagreement side by side (the PNGs `pictures.py` left under `screening/`, embedded, so the page
+stays one file without a script) with what to do, then each batch's validation IoU under the
 candidate against the accepted model, and the trusted set's per-class table.
 """
 
@@ -55,52 +55,66 @@ def section(output_dir: Path, metrics: Mapping[str, Any] | None) -> str:
 
 
 def _screening(output_dir: Path, screening: Mapping[str, Any]) -> list[str]:
+    calibration = screening.get("calibration", {})
     rule = screening.get("rule", {})
     parts = [
-        f"<p>Screened with the accepted model <code>{_e(screening['model'])}</code>, calibrated on "
-        f"{_e(screening['calibration'])} ({screening['reference_pairs']} pairs, "
-        f"{_pct(screening['reference_share'])} of their pixels contradicted). A batch is held when "
-        f"{_pct(rule.get('margin'))} of its pixels contradict the model beyond its usual confusions, "
-        f"unless the model does not know its scenes (predictions more than {_pct(rule.get('unfamiliar'))} "
-        "off those on trusted pairs).</p>",
-        "<table><tr><th>batch</th><th>trust</th><th>pairs</th><th>contradicted</th>"
-        "<th>beyond usual</th><th>verdict</th><th>why</th></tr>",
+        f"<p>Every new pair judged by the accepted model <code>{_e(screening['model'])}</code>, calibrated on "
+        f"{_e(calibration.get('text', ''))} ({calibration.get('pairs', 0)} pairs; {_e(calibration.get('kind', ''))}). "
+        f"A pair is contradicted when {_pct(calibration.get('pair_bar'))} of its pixels contradict the model beyond "
+        f"its usual confusions; a batch is held when {_pct(rule.get('batch_margin'))} of its judged pairs are, or "
+        "when it labels a class otherwise throughout.</p>",
+    ]
+    if screening.get("corroborated_by"):
+        parts.append(
+            "<p>The model learned from labels nobody had checked; batches of other teams agreed with it ("
+            f"{_e(', '.join(screening['corroborated_by']))}), so its verdicts stand.</p>"
+        )
+    parts += [
+        "<table><tr><th>batch</th><th>team</th><th>pairs</th><th>judged</th><th>contradicted</th>"
+        "<th>verdict</th><th>why</th></tr>",
     ]
     for name, batch in screening["batches"].items():
-        verdict = (
-            "<span class='IssuesFound'>held</span>"
-            if batch["held"]
-            else "released: trained on"
-            if batch["above_bar"]
-            else "trained on"
-        )
+        verdict = batch["verdict"]
+        shown = f"<span class='IssuesFound'>{_e(verdict)}</span>" if verdict != "ok" else "ok"
         reasons = "<br>".join(_e(reason) for reason in batch["reasons"])
         parts.append(
-            f"<tr><td>{_e(name)}</td><td>{_e(batch['trust'])}</td><td>{batch['pairs']}</td>"
-            f"<td>{_pct(batch['share'])}</td><td>{_pct(batch.get('excess'))}</td><td>{verdict}</td>"
-            f"<td>{reasons}</td></tr>"
+            f"<tr><td><a href='#batch-{_e(name)}'>{_e(name)}</a></td><td>{_e(batch.get('team', ''))}</td>"
+            f"<td>{batch.get('pair_count', 0)}</td><td>{batch.get('judged', 0)}</td>"
+            f"<td>{batch.get('contradicted', 0)}</td><td>{shown}</td><td>{reasons}</td></tr>"
         )
     parts.append("</table>")
     for name, batch in screening["batches"].items():
-        if not batch["above_bar"]:
+        pictured = [pair for pair in batch["pairs"] if "picture" in pair]
+        if not pictured:
             continue
-        parts.append(f"<h3 id='batch-{_e(name)}'>{_e(name)}: its worst pairs</h3>")
+        parts.append(f"<h3 id='batch-{_e(name)}'>{_e(name)}: {_e(batch['verdict'])}, its worst pairs</h3>")
         if batch["held"]:
             parts.append(
-                "<p>Left out of this run and of every later dataset version. If the labels are right, "
-                f"let it in: <code>retrain data release {_e(name)}</code>; to erase it: "
-                f"<code>retrain data purge {_e(name)}/</code>.</p>"
+                "<p>Left out of this run and of every later dataset version until fixed (a corrected label is a "
+                f"new pair, screened again) or let in: <code>retrain data release {_e(name)} --reason ...</code>; "
+                f"to erase it: <code>retrain data purge {_e(name)}/</code>.</p>"
+            )
+        elif batch["verdict"] == "disputed":
+            parts.append(
+                "<p>Trained on, not trusted. Decide which labels are right: name a benchmark of labels checked by "
+                "hand (<code>retrain data benchmark BATCH --reason ... --checked-by-hand</code>) or hold the wrong "
+                f"side (<code>retrain data hold {_e(name)} --reason ...</code>).</p>"
+            )
+        else:
+            parts.append(
+                "<p>The pairs to fix are on the team's relabel list (<code>reports/batches/"
+                f"{_e(name)}/report.md</code>); the rest of the batch is trained on.</p>"
             )
         parts.append("<p class='muted'>image | label | the accepted model's prediction | disagreement (red)</p>")
-        for pair in batch["worst_pairs"]:
-            picture = output_dir / pair.get("picture", "")
-            if "picture" not in pair or not picture.is_file():
+        for pair in pictured:
+            picture = output_dir / pair["picture"]
+            if not picture.is_file():
                 continue
             data = base64.b64encode(picture.read_bytes()).decode("ascii")
+            caption = f"{pair['image']}: {pair['verdict']}; {pair.get('confusion') or 'contradicted'}"
             parts.append(
                 f"<figure><img alt='{_e(pair['image'])}' src='data:image/png;base64,{data}'>"
-                f"<figcaption>{_e(pair['image'])}: {_pct(1 - pair['quality'])} of its pixels "
-                "contradicted</figcaption></figure>"
+                f"<figcaption>{_e(caption)} (label quality {pair['quality']:.3f})</figcaption></figure>"
             )
     return parts
 

@@ -2,10 +2,11 @@
 
 The quality gate must not compare the two on a split that moves with new data: a mislabelled
 batch's validation pairs would make the clean accepted model look bad and a model trained on the
-bad labels look good. So every validation pair is scored per batch (one confusion matrix each,
-in one pass over the split), and the *trusted set* is the sum over the batches whose labels have
-earned trust (`trusted`: an accepted run trained on them) and the team's `benchmark` batches.
-`metrics.json`'s `evaluation` holds both, for the gate and for each drop's impact.
+bad labels look good. So every validation pair is scored per batch and trust (one confusion matrix
+per group, in one pass over the split), and the *trusted set* is the sum over the pairs whose
+labels earned trust (`trusted`: an independent screening passed them) and the `benchmark` pairs.
+Pairs screening left out are in no split, so no score ever counts them. `metrics.json`'s
+`evaluation` holds both, for the gate and for each drop's impact.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ from trainer.metrics import IGNORE_INDEX, ConfusionMatrix, per_class
 log = logging.getLogger("trainer")
 
 GATE_TRUSTS = frozenset({"trusted", "benchmark"})
+# A batch's trusted pairs are scored as a group of their own: "<batch><TRUSTED_GROUP>".
+TRUSTED_GROUP = "#trusted"
+
+
+def group_of(entry: Entry) -> str:
+    return f"{entry.batch}{TRUSTED_GROUP}" if entry.trust in GATE_TRUSTS else entry.batch
 
 
 class _Indexed(Dataset[tuple[torch.Tensor, torch.Tensor, int]]):
@@ -50,10 +57,12 @@ def confusion_by_batch(
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """One (K, K) confusion matrix per batch of `dataset.entries`, summed over every rank's shard
-    (one all-reduce, so every rank must call it)."""
-    names = sorted({entry.batch for entry in dataset.entries})
-    group = torch.tensor([names.index(entry.batch) for entry in dataset.entries], device=device)
+    """One (K, K) confusion matrix per group of `dataset.entries` (`group_of`: a batch's trusted
+    pairs apart from its others), summed over every rank's shard (one all-reduce, so every rank
+    must call it)."""
+    names = sorted({group_of(entry) for entry in dataset.entries})
+    position = {name: number for number, name in enumerate(names)}
+    group = torch.tensor([position[group_of(entry)] for entry in dataset.entries], device=device)
     k = num_classes
     counts = torch.zeros(len(names) * k * k, dtype=torch.long, device=device)
     rank = torch.distributed.get_rank() if distributed.is_distributed() else 0
@@ -91,32 +100,43 @@ def evaluation(
 ) -> dict[str, Any]:
     """`metrics.json`'s `evaluation`: each batch's validation pairs, the trusted set, and the
     batches the candidate trained on (the ones an accepted run makes trusted)."""
-    trust = {entry.batch: entry.trust for entry in entries}
+    trusts: dict[str, set[str]] = {}
     pairs: dict[str, int] = {}
     for entry in entries:
-        if entry.split == "val" or entry.trust == "benchmark":
-            pairs[entry.batch] = pairs.get(entry.batch, 0) + 1
+        trusts.setdefault(entry.batch, set()).add(entry.trust)
+        pairs[group_of(entry)] = pairs.get(group_of(entry), 0) + 1
+    by_batch: dict[str, list[str]] = {}
+    for name in candidate:
+        by_batch.setdefault(name.removesuffix(TRUSTED_GROUP), []).append(name)
     batches: dict[str, Any] = {}
-    for name in sorted(set(candidate) | set(held)):
+    for name in sorted(set(by_batch) | set(held)):
+        groups = by_batch.get(name, [])
         batches[name] = {
-            "trust": trust.get(name, "new"),
+            "trust": "/".join(sorted(trusts.get(name, {"new"}))),
             "held": name in held,
-            "val_pairs": pairs.get(name, 0) if name in candidate else 0,
-            "candidate": _scores(candidate[name], classes) if name in candidate else None,
-            "accepted": _scores(accepted[name], classes) if accepted and name in accepted else None,
+            "val_pairs": sum(pairs.get(group, 0) for group in groups),
+            "candidate": _scores(_sum(candidate, groups), classes) if groups else None,
+            "accepted": _scores(_sum(accepted, groups), classes) if accepted and _has(accepted, groups) else None,
         }
-    gate = sorted(name for name in candidate if trust.get(name) in GATE_TRUSTS)
-    trusted: dict[str, Any] = {"batches": gate, "pairs": sum(pairs.get(name, 0) for name in gate)}
+    gate = sorted(name for name in candidate if name.endswith(TRUSTED_GROUP))
+    trusted: dict[str, Any] = {
+        "batches": [name.removesuffix(TRUSTED_GROUP) for name in gate],
+        "pairs": sum(pairs.get(name, 0) for name in gate),
+    }
     if gate:
-        trusted["candidate"] = _scores(
-            sum((candidate[name] for name in gate), torch.zeros_like(candidate[gate[0]])), classes
-        )
-        if accepted and all(name in accepted for name in gate):
-            trusted["accepted"] = _scores(
-                sum((accepted[name] for name in gate), torch.zeros_like(accepted[gate[0]])), classes
-            )
+        trusted["candidate"] = _scores(_sum(candidate, gate), classes)
+        if accepted and _has(accepted, gate):
+            trusted["accepted"] = _scores(_sum(accepted, gate), classes)
     trained_batches = sorted({entry.batch for entry in trained})
     return {"batches": batches, "trusted": trusted, "trained_batches": trained_batches}
+
+
+def _sum(matrices: dict[str, torch.Tensor], groups: Sequence[str]) -> torch.Tensor:
+    return sum((matrices[name] for name in groups), torch.zeros_like(next(iter(matrices.values()))))
+
+
+def _has(matrices: dict[str, torch.Tensor], groups: Sequence[str]) -> bool:
+    return bool(groups) and all(name in matrices for name in groups)
 
 
 def baseline(
