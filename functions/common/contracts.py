@@ -49,6 +49,12 @@ def split_for(image_sha256: str, val_fraction: float) -> Split:
     return "val" if position < val_fraction else "train"
 
 
+def pair_digest(image_sha256: str, label_sha256: str) -> str:
+    """A pair's content, short (16 hex digits): what its trust is kept under. A new label, or a
+    new image, makes a new pair whatever the stem or batch."""
+    return hashlib.sha256(f"{image_sha256.lower()}:{label_sha256.lower()}".encode("ascii")).hexdigest()[:16]
+
+
 class ManifestEntry(BaseModel):
     """One image/label pair of a frozen dataset version.
 
@@ -67,10 +73,21 @@ class ManifestEntry(BaseModel):
     split: Split
     class_pixels: dict[str, int] = Field(default_factory=dict)
     batch: str = Field(min_length=1)
-    # How far the batch's labels were trusted when the version was frozen (`Trust` in the ledger;
-    # held batches are in no version): the trainer screens new and released batches, and judges
-    # the candidate on trusted and benchmark ones.
+    # How far this pair's labels were trusted when the version was frozen (`Trust` in the ledger,
+    # per pair content; held pairs are in no version): the trainer screens new and released
+    # pairs, and judges the candidate on trusted and benchmark ones.
     trust: Literal["trusted", "new", "released", "benchmark"] = "new"
+    # The annotation team: the batch name's part before its first "-" (the template's AnnotationTeams).
+    team: str | None = None
+
+    @property
+    def digest(self) -> str:
+        return pair_digest(self.image_sha256, self.label_sha256)
+
+
+def team_of(batch: str) -> str:
+    """Batches are named `<team>-<anything>`; the uploader policy holds each team to its own."""
+    return batch.split("-", 1)[0]
 
 
 _MANIFEST_ENTRY = TypeAdapter(ManifestEntry)
@@ -262,6 +279,24 @@ class RunEvaluation(BaseModel):
     trained_batches: list[str] = Field(default_factory=list)
 
 
+class ScreenedBatchSummary(BaseModel):
+    """One batch as a run's screening judged it (its pairs are in `screening.json`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    team: str = ""
+    pair_count: int = Field(default=0, ge=0)
+    judged: int = Field(default=0, ge=0)
+    contradicted: int = Field(default=0, ge=0)
+    verdict: str = ""
+    held: bool = False
+
+    @property
+    def likely_error_share(self) -> float | None:
+        """Of its judged pairs, the share the accepted model contradicted (None: none judged)."""
+        return self.contradicted / self.judged if self.judged else None
+
+
 class ScreeningSummary(BaseModel):
     """`metrics.json`'s `screening`; the details are in `screening.json` (trainer/screening/phase.py)."""
 
@@ -269,7 +304,11 @@ class ScreeningSummary(BaseModel):
 
     screened: bool
     why: str | None = None
+    calibration: str | None = None  # independent | provisional
     held: list[str] = Field(default_factory=list)
+    disputed: list[str] = Field(default_factory=list)
+    left_out: int = Field(default=0, ge=0)
+    batches: dict[str, ScreenedBatchSummary] = Field(default_factory=dict)
 
 
 class MetricsFile(BaseModel):

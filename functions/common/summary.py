@@ -33,6 +33,8 @@ class GateVerdict(BaseModel):
     class_tolerance: float
     # Which pairs the two models were compared on, and how many ("both scored on 40 trusted ...").
     compared_on: str | None = None
+    # How many trusted (and benchmark) validation pairs that was; None: not a trusted set.
+    trusted_pairs: int | None = None
     # The gate let the model through, but models/accepted.json named another run when this one
     # went to accept it (that run; "" when the file had been removed): not accepted, and not the
     # gate's doing, so the message does not say the gate rejected it.
@@ -116,8 +118,12 @@ class RunSummary(BaseModel):
     # Data trust (issue 26): what screening said, each batch's scores, what became held or trusted.
     screening: ScreeningSummary | None = None
     batch_scores: dict[str, BatchScores] = Field(default_factory=dict)
-    held: dict[str, list[str]] = Field(default_factory=dict)  # batch -> why, held by this run
-    newly_trusted: list[str] = Field(default_factory=list)
+    held: dict[str, list[str]] = Field(default_factory=dict)  # batch -> why, held whole by this run
+    left_out: dict[str, int] = Field(default_factory=dict)  # batch -> its pairs left out for its team to fix
+    disputed: dict[str, list[str]] = Field(default_factory=dict)  # batch -> why: the operator decides
+    not_judged: list[str] = Field(default_factory=list)  # trained on, not trusted, screened again next time
+    newly_trusted: list[str] = Field(default_factory=list)  # batches with pairs that earned trust
+    trusted_pairs: dict[str, int] = Field(default_factory=dict)  # batch -> its pairs that earned trust
     # For failed and stopped runs: where and why.
     failed_state: str | None = None
     error: str | None = None

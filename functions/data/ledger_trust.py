@@ -1,72 +1,78 @@
-"""The ledger's trust items: one per batch whose labels are not simply new (`models.Trust`).
+"""The ledger's trust items: one per batch that has any pair verdict (`models.BatchTrust`).
 
-Each lives beside its batch (`batch#<batch>`, sort key `trust`) with the trust as an attribute
-of its own, so that writes can be conditional on it: screening holds a batch only if no operator
-has released it (their decision stands), and an accepted run trusts only batches still new. The
-sparse state index lists them all (`trust` partition), which is what the trigger reads when it
-freezes a version.
+They live in a partition of their own (`trust#<batch>`, sort key `trust`), never beside the
+batch's files and pairs (`batch#<batch>`): IAM tells partitions apart by their leading key, so the
+intake, which writes batches, cannot write trust (the template's Deny, tests/unit/test_permissions.py).
+Readers check the partition of what they read: the sparse state index lists every trust item
+(`trust` partition), and an item anyone wrote elsewhere with that index key is not one of them.
+
+Every write is conditional on the revision read (`update_trust`), so a screening's holds and a
+person's release of the same batch cannot overwrite each other.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
+from functions.common.errors import ConcurrentUpdateError
 from functions.data.ledger_table import STATE_INDEX, LedgerTable
-from functions.data.models import Trust, TrustRecord
+from functions.data.models import BatchTrust
 
+TRUST_PK_PREFIX = "trust#"
 TRUST_SK = "trust"
 TRUST_STATE = "trust"
+DECISIONS_KEPT = 20
+UPDATE_ATTEMPTS = 5
+
+
+def trust_pk(batch: str) -> str:
+    return f"{TRUST_PK_PREFIX}{batch}"
 
 
 class TrustItems(LedgerTable):
-    def trust(self, batch: str) -> TrustRecord | None:
-        item = self._get(f"batch#{batch}", TRUST_SK)
-        return self._record(item, TrustRecord) if item is not None else None
+    def trust(self, batch: str) -> BatchTrust | None:
+        item = self._get(trust_pk(batch), TRUST_SK)
+        return self._record(item, BatchTrust) if item is not None else None
 
-    def trusts(self) -> dict[str, TrustRecord]:
-        """Every batch that has a trust record, by name (the others are new)."""
+    def trusts(self) -> dict[str, BatchTrust]:
+        """Every batch with pair verdicts, by name (a batch without one has only new pairs)."""
+        found: dict[str, BatchTrust] = {}
         items = self._query(
             IndexName=STATE_INDEX,
             KeyConditionExpression="state_pk = :state",
             ExpressionAttributeValues={":state": {"S": TRUST_STATE}},
         )
-        return {record.batch: record for record in (self._record(item, TrustRecord) for item in items)}
+        for item in items:
+            if item.get("sk", {}).get("S") != TRUST_SK or not item["pk"]["S"].startswith(TRUST_PK_PREFIX):
+                continue  # not a trust item, whatever its index key says
+            record = self._record(item, BatchTrust)
+            if trust_pk(record.batch) == item["pk"]["S"]:
+                found[record.batch] = record
+        return found
 
-    def set_trust(self, record: TrustRecord) -> None:
-        """An operator's decision: whatever the batch's trust was, it is this now."""
-        self._write(record)
-
-    def hold(self, record: TrustRecord) -> bool:
-        """Screening's hold: only a batch no one has released, trusted or named a benchmark
-        (a batch held before stays held, with this run's reasons). False if it was not held."""
-        return self._write(
-            record, condition="attribute_not_exists(pk) OR trust = :held", values={":held": {"S": Trust.HELD}}
-        )
-
-    def trust_batches(self, records: list[TrustRecord]) -> list[str]:
-        """An accepted run's batches earn trust, if still new (no record): the names that did."""
-        return [record.batch for record in records if self._write(record, condition="attribute_not_exists(pk)")]
+    def update_trust(self, batch: str, change: Callable[[BatchTrust], BatchTrust | None]) -> BatchTrust | None:
+        """Read the batch's trust, apply `change` (None: nothing to write), write it back only over
+        the revision read; read again on a conflict. Returns what was written (or None)."""
+        for _ in range(UPDATE_ATTEMPTS):
+            item = self._get(trust_pk(batch), TRUST_SK)
+            current = self._record(item, BatchTrust) if item is not None else BatchTrust(batch=batch)
+            changed = change(current)
+            if changed is None:
+                return None
+            changed = changed.model_copy(update={"decisions": changed.decisions[-DECISIONS_KEPT:]})
+            try:
+                self._put(
+                    trust_pk(batch),
+                    TRUST_SK,
+                    changed,
+                    revision=self._revision(item) + 1,
+                    state=(TRUST_STATE, batch),
+                )
+            except ConcurrentUpdateError:
+                continue
+            return changed
+        raise ConcurrentUpdateError(f"the trust of batch {batch} kept changing: try again")
 
     def forget_trust(self, batch: str) -> None:
         """The batch is erased (`retrain data purge`): its trust goes with it."""
-        self._db.delete_item(TableName=self._table, Key={"pk": {"S": f"batch#{batch}"}, "sk": {"S": TRUST_SK}})
-
-    def _write(
-        self, record: TrustRecord, *, condition: str | None = None, values: dict[str, Any] | None = None
-    ) -> bool:
-        request: dict[str, Any] = {
-            "TableName": self._table,
-            "Item": {
-                "pk": {"S": f"batch#{record.batch}"},
-                "sk": {"S": TRUST_SK},
-                "record": {"S": record.model_dump_json()},
-                "trust": {"S": record.trust.value},
-                "state_pk": {"S": TRUST_STATE},
-                "state_sk": {"S": record.batch},
-            },
-        }
-        if condition is not None:
-            request["ConditionExpression"] = condition
-        if values:
-            request["ExpressionAttributeValues"] = values
-        return self._put_if(request)
+        self._db.delete_item(TableName=self._table, Key={"pk": {"S": trust_pk(batch)}, "sk": {"S": TRUST_SK}})

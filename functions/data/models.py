@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from functions.common.contracts import pair_digest
 from functions.validation import FileCheck, Reason, Role
 
 
@@ -96,6 +97,16 @@ class PairRecord(BaseModel):
     def side(self, role: Role) -> Side | None:
         return self.image if role is Role.IMAGE else self.label
 
+    @property
+    def digest(self) -> str | None:
+        """The content its trust is kept under (`contracts.pair_digest`); None while a side lacks
+        its sha256 (a pair not yet complete)."""
+        if self.image is None or self.label is None:
+            return None
+        if self.image.check.sha256 is None or self.label.check.sha256 is None:
+            return None
+        return pair_digest(self.image.check.sha256, self.label.check.sha256)
+
 
 class BatchRecord(BaseModel):
     batch: str
@@ -107,24 +118,61 @@ class BatchRecord(BaseModel):
 
 
 class Trust(StrEnum):
-    """How far a batch's labels are trusted (DESIGN.md section 3, data trust). A batch without a
-    trust record is new: screened by the next run that has an accepted model."""
+    """How far one pair's labels are trusted (DESIGN.md section 3, data trust), for its content:
+    a pair without a verdict for its digest is new, whatever its batch's other pairs are."""
 
-    TRUSTED = "trusted"  # an accepted run trained on it: its validation pairs judge the gate
-    HELD = "held"  # screening found the accepted model confidently contradicts it: in no version
-    RELEASED = "released"  # held, then let in by an operator: trained on, screened, never held again
-    BENCHMARK = "benchmark"  # the team's evaluation set: never trained on, always in the gate
+    TRUSTED = "trusted"  # an independent screening passed it: it judges the gate and calibrates screening
+    HELD = "held"  # screening (or a person) found its labels wrong: in no version until fixed or released
+    RELEASED = "released"  # held, then let in by a named person: trained on, screened, never held again
+    BENCHMARK = "benchmark"  # a person named it the evaluation set: never trained on, always in the gate
 
 
-class TrustRecord(BaseModel):
-    """A batch's trust, who set it and why (`retrain data held` shows these)."""
+class TrustDecision(BaseModel):
+    """One decision over a batch's pairs: who, when, why, over how many pair contents."""
+
+    model_config = ConfigDict(frozen=True)
+
+    verdict: str  # a screening's verdict (held, pairs left out, disputed, ...) or a person's (released, ...)
+    by: str  # a person's identity (the caller's ARN, from STS) or "run <run>'s screening"
+    run: str | None = None
+    at: datetime
+    reasons: list[str] = Field(default_factory=list)
+    pairs: int = Field(default=0, ge=0)  # the pair contents it decided on
+
+
+class PairToFix(BaseModel):
+    """One pair on its team's relabel list, worst first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    image: str
+    label: str
+    digest: str
+    why: str  # "labelled sidewalk where the model sees person (120 pixels)"
+    quality: float  # the label-quality score (soft-minimum self-confidence; lower is worse)
+    picture: str | None = None  # its picture beside the batch report (`fix/<n>.png`), if it has one
+    run: str
+
+
+class BatchTrust(BaseModel):
+    """Every pair verdict of one batch, keyed by pair content (`contracts.pair_digest`), with the
+    decisions that made them and the team's relabel list. Trust is never inherited: a pair added to
+    the batch, or replaced, has a digest of its own, and is new."""
 
     batch: str
-    trust: Trust
-    reasons: list[str] = Field(default_factory=list)
-    run: str | None = None  # the run whose screening held it, or whose acceptance trusted it
-    by: str  # "screening", "the gate", or "operator"
-    at: datetime
+    pairs: dict[str, Trust] = Field(default_factory=dict)
+    decisions: list[TrustDecision] = Field(default_factory=list)  # newest last, the last DECISIONS_KEPT
+    to_fix: list[PairToFix] = Field(default_factory=list)
+
+    def of(self, digest: str) -> Trust | None:
+        return self.pairs.get(digest)
+
+    def count(self, trust: Trust) -> int:
+        return sum(1 for verdict in self.pairs.values() if verdict is trust)
+
+    @property
+    def last(self) -> TrustDecision | None:
+        return self.decisions[-1] if self.decisions else None
 
 
 class LockRecord(BaseModel):

@@ -260,7 +260,11 @@ class DataBucket:
 
     def put_text(self, key: str, text: str, content_type: str) -> str | None:
         """Write `text`; the VersionId written."""
-        response = self._s3.put_object(Bucket=self.name, Key=key, Body=text.encode(), ContentType=content_type)
+        return self.put_bytes(key, text.encode(), content_type)
+
+    def put_bytes(self, key: str, body: bytes, content_type: str) -> str | None:
+        """Write `body`; the VersionId written."""
+        response = self._s3.put_object(Bucket=self.name, Key=key, Body=body, ContentType=content_type)
         return response.get("VersionId")
 
     def get_json(self, key: str) -> Any:

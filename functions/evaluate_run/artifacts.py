@@ -35,8 +35,10 @@ def read_members(
     *,
     required: bool = True,
     limit: int = MEMBER_LIMIT_BYTES,
+    prefixes: tuple[str, ...] = (),
 ) -> tuple[dict[str, bytes], str | None]:
-    """The `wanted` members (names relative to the archive root) and the archive's VersionId.
+    """The `wanted` members (names relative to the archive root), and those under `prefixes`,
+    and the archive's VersionId.
 
     A missing archive raises `RunArtifactsMissingError` when `required`, else reads as empty.
     """
@@ -53,7 +55,7 @@ def read_members(
     with tarfile.open(fileobj=response["Body"], mode="r|gz") as archive:
         for member in archive:
             name = member.name.removeprefix("./")
-            if name not in wanted or not member.isfile():
+            if (name not in wanted and not name.startswith(prefixes)) or not member.isfile():
                 continue
             if member.size > limit:
                 raise RunArtifactsMissingError(f"{uri}: {name} is {member.size} bytes, above the {limit} read")

@@ -9,7 +9,9 @@ data, where a mislabelled batch's pairs would make a model trained on its labels
 Without a trusted set (a job from before screening, or a version whose trusted batches hold no
 validation pair) the comparison falls back to the run's whole validation split, and says so.
 The first run is accepted if it learned anything at all: a validation mIoU above
-`first_run_min_miou` and, over two or more epochs, a training loss that fell.
+`first_run_min_miou` and, over two or more epochs, a training loss that fell. A run whose
+screening found a dispute (a batch that contradicts a provisional model wholesale, with no
+independent labels to say which side is right) is not accepted: it trained on both sides.
 """
 
 from __future__ import annotations
@@ -39,12 +41,23 @@ def judge(metrics: MetricsFile, policy: GatePolicy, accepted: AcceptedModel | No
         return verdict.model_copy(
             update={"reasons": ["the dataset version has no validation images: nothing to judge by"]}
         )
+    disputed = metrics.screening.disputed if metrics.screening is not None else []
+    if disputed:
+        return verdict.model_copy(
+            update={
+                "reasons": [
+                    f"trained on both sides of a dispute ({', '.join(disputed)} against the model's own data): "
+                    "a model of two contradicting label sets is neither's; decide which is right first"
+                ]
+            }
+        )
     trusted = metrics.evaluation.trusted if metrics.evaluation is not None else None
     if trusted is not None and trusted.pairs and trusted.candidate and trusted.accepted:
         miou, classes = trusted.candidate.miou, trusted.candidate.per_class_iou
         baseline_miou, baseline_classes = trusted.accepted.miou, trusted.accepted.per_class_iou
         batches = f"{len(trusted.batches)} batch{'' if len(trusted.batches) == 1 else 'es'}"
         where = f"both scored on {trusted.pairs} trusted validation pairs of {batches}"
+        verdict = verdict.model_copy(update={"trusted_pairs": trusted.pairs})
     elif metrics.baseline is not None:
         miou, classes = metrics.miou, metrics.per_class_iou
         baseline_miou, baseline_classes = metrics.baseline.miou, metrics.baseline.per_class_iou

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
 
 OUTPUT_MEMBERS = {"metrics.json", "rules.json", "report.html", SCREENING_MEMBER}
+PICTURES_PREFIX = "screening/"  # the screened pairs' pictures (trainer/screening/pictures.py)
 MODEL_MEMBERS = {"model.pt", "metrics.json"}
 RUN_TAG = "retrain:run"
 MODEL_SHA256_TAG = "retrain:model-sha256"
@@ -83,7 +84,9 @@ class Evaluator:
         described: Any = self.sagemaker.describe_training_job(TrainingJobName=job.job_name)
         base = f"{described['OutputDataConfig']['S3OutputPath'].rstrip('/')}/{job.job_name}/output"
         model_uri = described.get("ModelArtifacts", {}).get("S3ModelArtifacts") or f"{base}/model.tar.gz"
-        outputs, _ = read_members(self.s3, f"{base}/output.tar.gz", OUTPUT_MEMBERS, required=False)
+        outputs, _ = read_members(
+            self.s3, f"{base}/output.tar.gz", OUTPUT_MEMBERS, required=False, prefixes=(PICTURES_PREFIX,)
+        )
         model_files, model_version = read_members(self.s3, model_uri, MODEL_MEMBERS)
         metrics = _metrics(outputs.get("metrics.json") or model_files.get("metrics.json"), model_uri)
         if "model.pt" not in model_files:
@@ -165,9 +168,8 @@ class Evaluator:
             if instead is not None:
                 verdict = _accepted_meanwhile(verdict, instead, run.accepted, package_arn)
         # After the commit point, with the outcome that held; a retry redoes these, and they are idempotent.
-        trained = metrics.evaluation.trained_batches if metrics.evaluation else []
         changes = (
-            self.trust.record(run.run, screening, accepted=verdict.accepted, trained=trained, now=now)
+            self.trust.record(run.run, screening, pictures=outputs, now=now)
             if self.trust is not None
             else TrustChanges()
         )
@@ -209,7 +211,11 @@ class Evaluator:
             screening=metrics.screening,
             batch_scores=metrics.evaluation.batches if metrics.evaluation else {},
             held=changes.held,
-            newly_trusted=changes.trusted,
+            left_out=changes.left_out,
+            disputed=changes.disputed,
+            not_judged=changes.not_judged,
+            newly_trusted=sorted(changes.trusted),
+            trusted_pairs=changes.trusted,
         )
         self._put(data, run.run, "summary.json", summary.model_dump_json(indent=2), "application/json")
         # Every run on one page (reports/index.html), this one included; links in every message.

@@ -12,8 +12,9 @@ A settled batch whose curated pairs are all in a dataset version is consumed (it
 ledger's list of closed batches), so deciding reads only the batches that may hold new pairs,
 however many came before. A late object brings its batch back (`Ledger.touch_batch`).
 
-Every manifest entry carries its batch's trust (`ManifestEntry.trust`); a held batch is in no
-version until an operator releases it, and its new pairs start nothing.
+Every manifest entry carries its pair's trust (`ManifestEntry.trust`, from the ledger's verdict on
+that pair's content) and its team; a held pair is in no version until it is fixed (a new label is
+a new pair) or a person releases it, and it starts nothing.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from functions.common import prefixes
-from functions.common.contracts import ManifestEntry, dump_manifest, split_for
+from functions.common.contracts import ManifestEntry, dump_manifest, split_for, team_of
 from functions.common.errors import DatasetVersionNotFoundError
 from functions.common.requests import TriggerInput
 from functions.common.settings import LOCK_TTL_SECONDS
 from functions.common.taxonomy import Taxonomy
 from functions.data.ledger import Ledger
-from functions.data.models import BatchRecord, LockRecord, PairRecord, PairStatus, Trust
+from functions.data.models import BatchRecord, BatchTrust, LockRecord, PairRecord, PairStatus, Trust
 from functions.data.run_lock import still_held
 from functions.data.storage import DataBucket
 
@@ -117,30 +118,29 @@ class Trigger:
         for batch, revision in self.ledger.closed_batches():
             if (now - batch.last_seen).total_seconds() >= self.policy.settle_seconds:
                 settled[batch.batch], revisions[batch.batch] = batch, revision
-        # Held batches are in no version until an operator releases them (`retrain data release`).
-        trusts = {name: record.trust for name, record in self.ledger.trusts().items()}
-        held = {name for name, trust in trusts.items() if trust is Trust.HELD}
+        # Held pairs are in no version until fixed or released (`retrain data release`).
+        trusts = self.ledger.trusts()
         # New pairs can only be in closed batches not yet consumed: read those batches' pairs alone.
         new = [
             pair
             for name in settled
-            if name not in held
             for pair in self.ledger.pairs(name)
-            if pair.status is PairStatus.VALID and pair.dataset_version is None
+            if pair.status is PairStatus.VALID
+            and pair.dataset_version is None
+            and _trust(trusts, pair) is not Trust.HELD
         ]
         holding_new = {pair.batch for pair in new}
-        # A held batch is not consumed either: its pairs are in no version, and its release makes them new.
-        self._consume([(settled[name], revisions[name]) for name in settled if name not in holding_new | held])
+        self._consume([(settled[name], revisions[name]) for name in settled if name not in holding_new])
         decision = decide(new, settled, now, self.policy)
         if not decision.start:
             return TriggerOutcome(started=None, reason=decision.reason)
         # The manifest is cumulative: only starting a run reads every curated pair there is.
         curated = [
-            p for p in self.ledger.valid_pairs() if (p.batch in settled or p.dataset_version) and p.batch not in held
+            p
+            for p in self.ledger.valid_pairs()
+            if (p.batch in settled or p.dataset_version) and _trust(trusts, p) is not Trust.HELD
         ]
-        entries = [
-            self._entry(pair, trusts.get(pair.batch)) for pair in sorted(curated, key=lambda p: (p.batch, p.stem))
-        ]
+        entries = [self._entry(pair, _trust(trusts, pair)) for pair in sorted(curated, key=lambda p: (p.batch, p.stem))]
         splits = {entry.split for entry in entries}
         if splits != {"train", "val"}:
             # A model can be neither trained nor judged without both: wait for more data.
@@ -223,7 +223,14 @@ class Trigger:
             class_pixels={ids[name]: count for name, count in pair.class_pixels.items() if name in ids},
             batch=pair.batch,
             trust=trust.value if trust is not None else "new",
+            team=team_of(pair.batch),
         )
+
+
+def _trust(trusts: dict[str, BatchTrust], pair: PairRecord) -> Trust | None:
+    """The verdict on this pair's content; None (new) when there is none for it."""
+    record, digest = trusts.get(pair.batch), pair.digest
+    return record.of(digest) if record is not None and digest is not None else None
 
 
 def _version_name(now: datetime, entries: list[ManifestEntry]) -> str:
