@@ -1,7 +1,8 @@
 """`retrain data status`, `retrain data audit` and `retrain data purge KEY...`: look at the data,
 check that the bucket, the ledger and the manifests agree, erase it on request. `retrain data
-held`, `release`, `hold` and `benchmark`: which batches' labels are left out of training or judge
-the models, and an operator's say over it.
+held`, `release`, `hold` and `benchmark`: which pairs' labels are left out of training or judge
+the models, and a person's say over it (per pair content; each decision records who made it,
+from STS, and the `--reason` it requires).
 
 All three talk to a deployed stack (`--stack NAME`: the bucket and the ledger table from its outputs),
 to the offline stack `retrain local up` runs in another terminal (no flags at all), or to what
@@ -10,9 +11,10 @@ The work itself is in `retrain/ops/` (`status.py`, `audit.py`, `purge.py`, `trus
 
 Exit codes: 0 done (an audit: clean); 1 a KEY matched nothing (the others were still erased), a
 run holds the retraining lock (the purge changed nothing), the audit found discrepancies, or a
-trust change was refused (no such batch, or its trust does not allow it: nothing changed); 2
-usage error (a missing option, a KEY that names no image, label, pair or batch, a bucket or table
-that is not there); 3 the erasure was cut short (run the same command again to finish it).
+trust change was refused (no such batch, or its pairs' trust does not allow it: nothing changed);
+2 usage error (a missing option such as a trust change's --reason, a KEY that names no image,
+label, pair or batch, a bucket or table that is not there); 3 the erasure was cut short (run the
+same command again to finish it).
 """
 
 from __future__ import annotations
@@ -35,32 +37,35 @@ from rich.table import Table
 
 from functions.common import clients
 from functions.data.ledger import Ledger
-from functions.data.models import LockRecord, Trust
+from functions.data.models import BatchStatus, LockRecord, Trust
+from functions.data.reports import NEW, write_report
+from functions.data.storage import DataBucket
 from retrain import target as targets
 from retrain.local.cloudformation.stack import FAKE_CREDENTIALS, StackOptions
 from retrain.ops.audit import DEFAULT_GRACE_SECONDS, KIND_TITLES, AuditReport, AuditUsageError, Kind, audit
 from retrain.ops.erasure import PurgeReport, PurgeUsageError
-from retrain.ops.purge import LockHeldError, PurgeError, Runs, purge
+from retrain.ops.purge import LockHeldError, PurgeError, Runs, purge, trust_item
 from retrain.ops.status import DataStatus, data_status
 from retrain.ops.trust import (
     MEANINGS,
-    NEW,
+    ReasonRequiredError,
     TrustChange,
     TrustEntry,
     TrustOverview,
     TrustRefusedError,
+    caller_identity,
     hold_batch,
     make_benchmark,
     release_batch,
     trust_overview,
     undo_benchmark,
-    who,
 )
 from retrain.target import StackOption
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sts import STSClient
 
 app = typer.Typer(
     help="Look at the intake's data, check that bucket and ledger agree, erase images on request, "
@@ -110,17 +115,7 @@ def _connect(
         _fail("no data bucket: pass --bucket or set DATA_BUCKET (or --stack NAME)", 2)
     if not table:
         _fail("no ledger table: pass --ledger-table or set LEDGER_TABLE (or --stack NAME)", 2)
-    session = boto3.session.Session(region_name=region)
-    credentials = None
-    offline = bool(endpoint_url) and urlparse(endpoint_url).hostname in LOOPBACK
-    if offline and not session.region_name:
-        session = boto3.session.Session(region_name=StackOptions().region)
-    if offline and session.get_credentials() is None:
-        # The offline stack takes any credentials; botocore still wants some to sign with.
-        credentials = (
-            FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        )
+    session, credentials = _signing(endpoint_url, region)
     try:
         s3: S3Client = clients.make(
             "s3",
@@ -151,6 +146,17 @@ def _connect(
         _fail(f"cannot reach the data: {error}", 2)
     errors.print(f"[dim]using bucket {bucket} and table {table} at {endpoint_url or 'AWS'}[/dim]", soft_wrap=True)
     return Ledger(dynamodb, table), s3, bucket
+
+
+def _signing(endpoint_url: str | None, region: str | None) -> tuple[boto3.session.Session, tuple[str, str] | None]:
+    """The session for names given by hand, and the credentials to sign with when they are not
+    the configured ones: the offline stack takes any, and botocore still wants some."""
+    offline = bool(endpoint_url) and urlparse(endpoint_url).hostname in LOOPBACK
+    session = boto3.session.Session(region_name=region)
+    if offline and not session.region_name:
+        session = boto3.session.Session(region_name=StackOptions().region)
+    fake = (FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    return session, fake if offline and session.get_credentials() is None else None
 
 
 # ----------------------------------------------------------------- status --
@@ -197,7 +203,8 @@ def _print_status(found: DataStatus) -> None:
         table.add_row(
             batch.batch,
             batch.status.value,
-            f"[yellow]{batch.trust}[/yellow]" if batch.trust == Trust.HELD else batch.trust,
+            # "held" alone or "3 held, 40 trusted": any held pair is worth a look.
+            f"[yellow]{batch.trust}[/yellow]" if Trust.HELD in batch.trust else batch.trust,
             batch.closed_by or "-",
             _when(batch.first_seen),
             _when(batch.last_seen),
@@ -318,10 +325,10 @@ def _print_audit(report: AuditReport) -> None:
         f"({checked.objects_hashed} object versions, {checked.bytes_hashed} bytes hashed).",
         soft_wrap=True,
     )
-    if checked.held_batches:
+    if checked.held_pairs:
         console.print(
-            f"{_batches(checked.held_batches)} held (`retrain data held`): their pairs are curated, and in no "
-            "dataset version frozen since they were held: not a discrepancy.",
+            f"{_pairs(checked.held_pairs)} held in {_batches(checked.held_batches)} (`retrain data held`): "
+            "curated, and in no dataset version frozen since they were held: not a discrepancy.",
             soft_wrap=True,
         )
     if checked.expired_by_lifecycle:
@@ -373,7 +380,7 @@ def purge_command(
         typer.Argument(
             metavar="KEY",
             help="incoming/<batch>/images/x.jpg, dataset/images/<batch>/x.jpg, "
-            "quarantine/<batch>/..., <batch>/<stem>, or <batch>/ (the whole batch, its trust record too).",
+            "quarantine/<batch>/..., <batch>/<stem>, or <batch>/ (the whole batch, its trust item too).",
             show_default=False,
         ),
     ],
@@ -399,8 +406,8 @@ def purge_command(
     ] = None,
 ) -> None:
     """Erase images and their labels everywhere, for erasure requests or a held batch nobody
-    wants: every S3 version of the landing, curated and quarantine copies, the ledger's items
-    (a whole batch's trust record too), and their manifest lines. Holds
+    wants: every S3 version of the landing, curated and quarantine copies, the pictures of its
+    relabel list, the ledger's items (a whole batch's trust item too), and their manifest lines. Holds
     the retraining lock while it erases, so no dataset version is frozen meanwhile.
     Exit 0 done, 1 a KEY matched nothing or a run holds the lock (nothing changed), 2 usage error,
     3 cut short (run it again)."""
@@ -436,11 +443,7 @@ def _runs(
     """Step Functions, to ask whether the run holding the lock still runs: the state machine
     named, or the stack's (deployed, or the offline one when no names were given)."""
     if state_machine_arn:
-        offline = bool(endpoint_url) and urlparse(endpoint_url).hostname in LOOPBACK
-        session = boto3.session.Session(region_name=region or (StackOptions().region if offline else None))
-        # As `_connect` signs for the offline stack: any credentials, when none are configured.
-        fake = (FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
-        credentials = fake if offline and session.get_credentials() is None else None
+        session, credentials = _signing(endpoint_url, region)
         sfn = clients.make(
             "stepfunctions", session=session, endpoint_url=endpoint_url, config=CLI_CONFIG, credentials=credentials
         )
@@ -475,8 +478,8 @@ def _print_purge(report: PurgeReport) -> None:
         console.print(objects)
         console.print(f"{verb}: {len(report.ledger_items)} ledger items.")
     for batch in report.batches:
-        gone = f"batch#{batch} trust" in report.ledger_items
-        trust = " with its trust record (`retrain data held` no longer lists it)" if gone else ""
+        gone = trust_item(batch) in report.ledger_items
+        trust = " with its trust item (`retrain data held` no longer lists it)" if gone else ""
         console.print(f"{verb} the whole batch {batch}{trust}.", soft_wrap=True)
     for change in report.manifests:
         lines = len(change.entries_removed)
@@ -502,7 +505,13 @@ def _print_purge(report: PurgeReport) -> None:
 BatchArgument = Annotated[str, typer.Argument(metavar="BATCH", help="The batch's name.", show_default=False)]
 ReasonOption = Annotated[
     str | None,
-    typer.Option("--reason", metavar="TEXT", help="Why: kept in the ledger, shown by `retrain data held`."),
+    typer.Option(
+        "--reason",
+        metavar="TEXT",
+        help="Why (required): kept with the decision and who made it, shown by `retrain data held` "
+        "and the batch's report.",
+        show_default=False,
+    ),
 ]
 
 
@@ -516,8 +525,8 @@ def held(
     region: RegionOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Batches held out of every dataset version (by a run's screening or an operator), with
-    when and why; batches released by an operator; the team's benchmark batches."""
+    """Batches with pairs held out of every dataset version (by a run's screening or a person),
+    with who decided, when and why; batches with released pairs; the team's benchmark."""
     ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
     try:
         found = trust_overview(ledger)
@@ -530,18 +539,22 @@ def held(
 
 
 def _print_held(found: TrustOverview) -> None:
-    # Lines, not a table: run names and reasons stay whole, to be read and copied.
+    # Lines, not a table: run names, identities and reasons stay whole, to be read and copied.
     if found.held:
         _print_trusts(found.held, MEANINGS[Trust.HELD], "held")
-        console.print("Let one in with `retrain data release BATCH`, or erase it with `retrain data purge BATCH/`.")
+        console.print(
+            "Let a batch's held pairs in with `retrain data release BATCH --reason TEXT`, have its team upload "
+            "corrected labels (a new pair, screened again), or erase it with `retrain data purge BATCH/`.",
+            soft_wrap=True,
+        )
     else:
-        console.print("No batch is held: every curated batch is in the next dataset version.")
+        console.print("No pair is held: every curated pair is in the next dataset version.")
     if found.released:
         _print_trusts(found.released, MEANINGS[Trust.RELEASED], "released")
     if found.benchmark:
         _print_trusts(found.benchmark, MEANINGS[Trust.BENCHMARK], "benchmark")
     console.print(
-        f"Trusted: {_batches(found.trusted)}. New: {_batches(found.new)}. "
+        f"With trusted pairs: {_batches(found.trusted)}. With no verdict yet: {_batches(found.new)}. "
         "(`retrain data status` shows every batch's trust.)",
         soft_wrap=True,
     )
@@ -549,22 +562,37 @@ def _print_held(found: TrustOverview) -> None:
 
 def _print_trusts(entries: list[TrustEntry], meaning: str, title: str) -> None:
     console.print(f"[bold]{title.capitalize()} ({len(entries)})[/bold]: {meaning}.", soft_wrap=True)
-    verb = {"held": "held", "released": "released", "benchmark": "named"}[title]
     for entry in entries:
-        pairs = f"{entry.pairs} curated {'pair' if entry.pairs == 1 else 'pairs'}"
         console.print(
-            f"  [bold]{escape(entry.batch)}[/bold]: {pairs}; {verb} by {escape(who(entry.by, entry.run))}, "
-            f"{_when(entry.at)} UTC",
+            f"  [bold]{escape(entry.batch)}[/bold]: {escape(entry.pairs.summary())} "
+            f"(of {_pairs(entry.pairs.total)} curated)",
             soft_wrap=True,
         )
-        for reason in entry.reasons:
-            console.print(f"    - {escape(reason)}", soft_wrap=True, highlight=False)
-        if entry.run_report and entry.trust is Trust.HELD:
+        if entry.last is not None:
+            last = entry.last
+            console.print(
+                f"    last: {escape(last.verdict)} by {escape(last.by)}, {_when(last.at)} UTC, {_pairs(last.pairs)}",
+                soft_wrap=True,
+                highlight=False,
+            )
+            for reason in last.reasons:
+                console.print(f"    - {escape(reason)}", soft_wrap=True, highlight=False)
+        if entry.run_report and title == "held":
             console.print(f"    what screening found: {escape(entry.run_report)}report.html", soft_wrap=True)
+        if entry.to_fix and title == "held":
+            console.print(f"    {_pairs(entry.to_fix)} to fix, worst first: {escape(entry.report)}", soft_wrap=True)
 
 
 def _batches(count: int) -> str:
     return f"{count} {'batch' if count == 1 else 'batches'}"
+
+
+def _pairs(count: int) -> str:
+    return f"{count} {'pair' if count == 1 else 'pairs'}"
+
+
+def _are(count: int) -> str:
+    return "is" if count == 1 else "are"
 
 
 @app.command()
@@ -578,15 +606,20 @@ def release(
     ledger_table: LedgerOption = None,
     region: RegionOption = None,
 ) -> None:
-    """Let a held batch in: the next run trains on it; it is still screened and reported, and
-    never held again automatically. Exit 1: no such batch, or it is not held."""
-    ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
-    change = _change(lambda: release_batch(ledger, batch, reason=reason))
-    pairs = f"{change.offered} curated {'pair' if change.offered == 1 else 'pairs'}"
+    """Let a batch's held pairs in (their labels are right after all): the next run trains on
+    them; they are still screened and reported, and never held again automatically. Requires
+    --reason; you are recorded as the one who decided. Exit 1: no such batch, or no held pair."""
+    why = _reason(reason)
+    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    by = _caller(endpoint_url, region, stack, named=bool(endpoint_url or bucket or ledger_table))
+    change = _change(lambda: release_batch(ledger, batch, reason=why, by=by))
+    _rewrite_report(ledger, s3, name, batch)
     console.print(
-        f"Released {escape(batch)}: the next run includes it ({MEANINGS[Trust.RELEASED]}); its {pairs} "
-        "are new data again, so the trigger starts that run by its usual rule.",
+        f"Released {_pairs(change.decision.pairs)} of {escape(batch)}, decided by {escape(by)}: the next run "
+        f"includes them ({MEANINGS[Trust.RELEASED]}); {_pairs(change.offered)} {_are(change.offered)} new data "
+        "again, so the trigger starts that run by its usual rule.",
         soft_wrap=True,
+        highlight=False,
     )
     if change.running:
         console.print(
@@ -606,18 +639,26 @@ def hold(
     ledger_table: LedgerOption = None,
     region: RegionOption = None,
 ) -> None:
-    """Hold a batch by hand: every dataset version from the next run on leaves it out, until it
-    is released or purged. Exit 1: no such batch, or it is held already or a benchmark."""
-    ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
-    change = _change(lambda: hold_batch(ledger, batch, reason=reason))
+    """Hold a batch's current pairs by hand: every dataset version from the next run on leaves
+    them out, until their labels are fixed (a new label is a new pair, screened again) or they
+    are released or purged. Pairs added later are new, and screened. Requires --reason; you are
+    recorded as the one who decided. Exit 1: no such batch, every pair held already, or a benchmark."""
+    why = _reason(reason)
+    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    by = _caller(endpoint_url, region, stack, named=bool(endpoint_url or bucket or ledger_table))
+    change = _change(lambda: hold_batch(ledger, batch, reason=why, by=by))
+    _rewrite_report(ledger, s3, name, batch)
     console.print(
-        f"Held {escape(batch)} (it was {change.before}): every run from the next on leaves it out of its "
-        "dataset version, until `retrain data release` or `retrain data purge`.",
+        f"Held {_pairs(change.decision.pairs)} of {escape(batch)} (they were: {change.before.summary()}), decided by "
+        f"{escape(by)}: every run from the next on leaves them out of its dataset version, until their labels "
+        "are fixed, `retrain data release` or `retrain data purge`. Pairs uploaded to it later are new, and "
+        "screened.",
         soft_wrap=True,
+        highlight=False,
     )
     running = f" (run {change.running} holds the retraining lock now)" if change.running else ""
     console.print(
-        f"A run already running still uses it{running}: its dataset version was frozen before.", soft_wrap=True
+        f"A run already running still uses them{running}: its dataset version was frozen before.", soft_wrap=True
     )
 
 
@@ -625,8 +666,16 @@ def hold(
 def benchmark(
     batch: BatchArgument,
     *,
+    reason: ReasonOption = None,
+    checked_by_hand: Annotated[
+        bool,
+        typer.Option(
+            "--checked-by-hand",
+            help="I checked these labels by hand: name pairs no screening trusted yet (recorded with the decision).",
+        ),
+    ] = False,
     undo: Annotated[
-        bool, typer.Option("--undo", help="Make a benchmark batch a new batch again (screened, trained on).")
+        bool, typer.Option("--undo", help="Make a batch's benchmark pairs new again (screened, trained on).")
     ] = False,
     stack: StackOption = None,
     endpoint_url: EndpointOption = None,
@@ -634,32 +683,95 @@ def benchmark(
     ledger_table: LedgerOption = None,
     region: RegionOption = None,
 ) -> None:
-    """Name a batch part of the team's benchmark: never trained on, always in the quality gate,
-    from the next run on. Exit 1: no such batch, or it is held (release it first) or a benchmark
-    already (with --undo: it is not one)."""
-    ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    """Name a batch's current pairs the team's benchmark: never trained on, always in the quality
+    gate, from the next run on. Only trusted pairs (screened and passed by an independent
+    judgement), or with --checked-by-hand. Requires --reason; you are recorded as the one who
+    decided. Exit 1: no such batch, a held pair (release it first), pairs not trusted without
+    --checked-by-hand, or a benchmark already (with --undo: it is not one)."""
+    why = _reason(reason)
+    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    by = _caller(endpoint_url, region, stack, named=bool(endpoint_url or bucket or ledger_table))
     if undo:
-        _change(lambda: undo_benchmark(ledger, batch))
-        console.print(f"{escape(batch)} is a new batch again: {MEANINGS[NEW]}.", soft_wrap=True)
-        return
-    change = _change(lambda: make_benchmark(ledger, batch))
-    console.print(
-        f"{escape(batch)} is part of the team's benchmark from the next run on: never trained on, always in "
-        "the quality gate.",
-        soft_wrap=True,
-    )
-    if change.before in {Trust.TRUSTED, Trust.RELEASED}:
+        undone = _change(lambda: undo_benchmark(ledger, batch, reason=why, by=by))
+        _rewrite_report(ledger, s3, name, batch)
         console.print(
-            "Models trained until now saw its labels: until a model trained without it is accepted, "
+            f"{_pairs(undone.decision.pairs)} of {escape(batch)} {_are(undone.decision.pairs)} new again, decided by "
+            f"{escape(by)}: {MEANINGS[NEW]}.",
+            soft_wrap=True,
+            highlight=False,
+        )
+        return
+    change = _change(lambda: make_benchmark(ledger, batch, reason=why, by=by, checked_by_hand=checked_by_hand))
+    _rewrite_report(ledger, s3, name, batch)
+    how = "checked by hand" if checked_by_hand else "every pair trusted by screening"
+    console.print(
+        f"{_pairs(change.decision.pairs)} of {escape(batch)} {_are(change.decision.pairs)} part of the team's "
+        f"benchmark from the next run on ({how}), decided by {escape(by)}: never trained on, always in the quality "
+        "gate.",
+        soft_wrap=True,
+        highlight=False,
+    )
+    if change.before.trusted or change.before.released:
+        console.print(
+            "Models trained until now saw their labels: until a model trained without them is accepted, "
             "the accepted model's benchmark scores flatter it.",
             soft_wrap=True,
         )
 
 
+def _reason(reason: str | None) -> str:
+    """The reason a trust change requires, or exit 2 before anything is touched."""
+    if reason is None or not reason.strip():
+        _fail(
+            "--reason TEXT is required: say why (it is kept with the decision and who made it, and shown by "
+            "`retrain data held` and the batch's report); nothing was changed",
+            2,
+        )
+    return reason.strip()
+
+
+def _caller(endpoint_url: str | None, region: str | None, stack: str | None, *, named: bool) -> str:
+    """Who runs the command, as AWS knows them (STS GetCallerIdentity, which any credentials may
+    call): recorded with every trust decision. The same stack or endpoint as `_connect`."""
+    try:
+        if named and not stack:
+            session, credentials = _signing(endpoint_url, region)
+            sts: STSClient = clients.make(
+                "sts", session=session, endpoint_url=endpoint_url, config=CLI_CONFIG, credentials=credentials
+            )
+        else:
+            # `_connect` resolved it a moment ago and said which: this look is silent.
+            sts = targets.resolve(stack, region).client("sts")
+        return caller_identity(sts)
+    except targets.TargetError as error:
+        _fail(str(error), 2)
+    except NoCredentialsError:
+        _fail("no AWS credentials: a trust decision records who made it", 2)
+    except (ClientError, BotoCoreError) as error:
+        _fail(f"cannot tell who you are (STS GetCallerIdentity): {error}; nothing was changed", 2)
+
+
+def _rewrite_report(ledger: Ledger, s3: S3Client, bucket: str, batch: str) -> None:
+    """The team reads its batch's report: rewrite it from the ledger after a decision (a closed
+    batch's only: an open one gets its report when it closes). A failure leaves the decision
+    standing; the next intake or run rewrites the report anyway."""
+    try:
+        found = ledger.batch(batch)
+        if found is not None and found[0].status is BatchStatus.CLOSED:
+            write_report(batch, ledger, DataBucket(s3, bucket))
+    except (ClientError, BotoCoreError) as error:
+        errors.print(
+            f"[yellow]the decision is recorded, but the batch report was not rewritten: {error}[/yellow]",
+            soft_wrap=True,
+        )
+
+
 def _change(work: Callable[[], TrustChange]) -> TrustChange:
-    """An operator's trust change: refused (exit 1, nothing changed) or failed (exit 2) said plainly."""
+    """A person's trust change: refused (exit 1, nothing changed) or failed (exit 2) said plainly."""
     try:
         return work()
+    except ReasonRequiredError as error:
+        _fail(f"{error}: nothing was changed", 2)
     except TrustRefusedError as error:
         _fail(f"{error}: nothing was changed", 1)
     except (ClientError, BotoCoreError) as error:

@@ -12,9 +12,9 @@
 - no content claim names a file that is in no zone: an erasure that left one behind makes the
   same bytes, uploaded again, a duplicate of a file that is gone.
 
-A held batch (`retrain data held`) is no discrepancy: its curated pairs are curated (that is their
-fate), they are simply in no dataset version frozen since it was held. The audit never asks that
-a curated pair be in the newest manifest, so it only counts held batches.
+A held pair (`retrain data held`) is no discrepancy: it is curated (that is its fate), simply in
+no dataset version frozen since its content was held. The audit never asks that a curated pair be
+in the newest manifest, so it only counts held pairs and the batches they are in.
 
 An object version or a pending record younger than the grace period is listed as too recent to
 judge, not as a discrepancy: the intake may be working on it (it copies before it records).
@@ -39,7 +39,8 @@ from functions.common import prefixes
 from functions.common.contracts import ManifestEntry
 from functions.common.errors import ObjectGoneError, RetrainError
 from functions.data.ledger import Ledger
-from functions.data.models import FileRecord, FileStatus, PairRecord, Trust
+from functions.data.models import FileRecord, FileStatus, PairRecord
+from functions.data.reports import count_trust, curated_contents
 from retrain.ops.erasure import stem_of
 from retrain.ops.status import utc_now
 
@@ -115,8 +116,10 @@ class AuditCounts(BaseModel):
     # Records whose superseded quarantine version the bucket's lifecycle rule may have removed
     # (NoncurrentVersionExpiration): not a discrepancy, but counted so nothing is silent.
     expired_by_lifecycle: int = 0
-    # Batches held out of every new dataset version: their pairs are still curated, so not a discrepancy.
+    # Pairs held out of every new dataset version (and the batches they are in): still curated, so
+    # not a discrepancy.
     held_batches: int = 0
+    held_pairs: int = 0
 
 
 class AuditReport(BaseModel):
@@ -541,7 +544,15 @@ def audit(
     files = [record for batch in batches for record in ledger.files(batch.batch)]
     pairs = [pair for batch in batches for pair in ledger.pairs(batch.batch)]
     claims = ledger.claims()
-    held = [record for record in ledger.trusts().values() if record.trust is Trust.HELD]
+    by_batch: defaultdict[str, list[PairRecord]] = defaultdict(list)
+    for pair in pairs:
+        by_batch[pair.batch].append(pair)
+    # Held pairs by batch: verdicts on the pairs' current contents (a replaced label's is history).
+    held = {
+        batch: count
+        for batch, trust in ledger.trusts().items()
+        if (count := count_trust(trust, curated_contents(by_batch[batch]).values()).held)
+    }
     listed = [v for zone in (prefixes.INCOMING, prefixes.DATASET, prefixes.QUARANTINE) for v in _list(s3, bucket, zone)]
     manifests = [v for v in listed if v.key.startswith(prefixes.MANIFESTS)]
     # A delete marker holds no bytes: a key deleted without its VersionId is not an object.
@@ -569,6 +580,7 @@ def audit(
             bytes_hashed=run.hashed[1],
             expired_by_lifecycle=run.expired,
             held_batches=len(held),
+            held_pairs=sum(held.values()),
         ),
         too_recent=sorted(run.too_recent, key=lambda t: (t.subject, t.version or "")),
         discrepancies=sorted(run.found, key=lambda d: (order.index(d.kind), d.subject, d.version or "")),

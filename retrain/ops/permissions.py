@@ -29,7 +29,8 @@ placeholders leave it as `${aws:PrincipalTag/retrain-team}`: the principal's tea
 `Operator:key=value`; the integration test checks their values against the calls themselves.
 
 `DENIALS` are the explicit Deny statements of a principal's policies, declared the same way: what
-must stay refused even if an Allow is widened later (the intake decodes untrusted images).
+must stay refused even if an Allow is widened later (the intake decodes untrusted images: it must
+never take the run lock, write a run's evidence, or write a pair's trust).
 """
 
 from __future__ import annotations
@@ -61,6 +62,18 @@ S3_WRITE_KEY = Grant(
 # The ledger partitions the intake keeps (functions/data/ledger_*.py): a batch's files, pairs and
 # report records (`batch#<batch>`), and content claims (`content#<sha256>`).
 INTAKE_PARTITIONS = "ForAllValues:StringLike:dynamodb:LeadingKeys=batch#*,content#*"
+# The batches' trust items (`trust#<batch>`, functions/data/ledger_trust.py): written only by the
+# evaluation (a run's screening) and by a person (TrustOperatorRole); the intake reads them.
+TRUST_PARTITIONS = "ForAllValues:StringLike:dynamodb:LeadingKeys=trust#*"
+TRUST_WRITES = (
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
+)
 MISSING_IS_404 = (
     "S3 answers a read of a missing key 404 (not 403) only to a caller that may list the bucket; "
     "the code tells 'not there' from a failure by it"
@@ -126,8 +139,14 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             LEDGER_RW,
             ("{ledger}",),
             "the ledger: files, pairs, batches and content claims, in their partitions only (not its index, "
-            "not the run lock, run or job records)",
+            "not the run lock, run or job records, not trust)",
             (INTAKE_PARTITIONS,),
+        ),
+        Grant(
+            ("dynamodb:GetItem",),
+            ("{ledger}",),
+            "a batch's report shows its pairs' trust: it reads the batch's trust item, never writes it (DENIALS)",
+            (TRUST_PARTITIONS,),
         ),
         Grant(
             ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"),
@@ -326,13 +345,13 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("dynamodb:PutItem",),
             ("{ledger}",),
-            "batches' trust: holds what screening found (unless an operator released it), trusts what an "
-            "accepted run trained on; both writes are conditional",
+            "pairs' trust: holds the pairs screening found wrong (unless a person released them), trusts "
+            "the pairs an independent screening passed; written over the revision read",
         ),
         Grant(
             ("dynamodb:GetItem", "dynamodb:Query"),
             ("{ledger}",),
-            "a held batch's report is rewritten from its records (batch, files, pairs, trust)",
+            "a screened batch's report is rewritten from its records (batch, files, pairs, trust)",
         ),
     ),
     "NotifyFunction": (
@@ -583,6 +602,44 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             "`--stack` finds the bucket, the ledger and the state machine in the stack's outputs",
         ),
     ),
+    "TrustOperatorRole": (
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"),
+            ("{ledger}",),
+            "a batch's trust item, read and written over the revision read; a release re-offers the released "
+            "pairs (rewrites their pair items) and touches the batch so the trigger looks at it again; the "
+            "batch report is rebuilt from the batch's records",
+            ("ForAllValues:StringLike:dynamodb:LeadingKeys=batch#*,trust#*",),
+        ),
+        Grant(
+            ("dynamodb:GetItem",),
+            ("{ledger}",),
+            "which run holds the lock: it keeps the dataset version it froze (read only)",
+            ("ForAllValues:StringEquals:dynamodb:LeadingKeys={lock}",),
+        ),
+        Grant(
+            ("dynamodb:Query",),
+            ("{ledger}/index/state",),
+            "every batch, and every batch with pair verdicts (`retrain data held`)",
+        ),
+        Grant(
+            ("dynamodb:DescribeTable",),
+            ("{ledger}",),
+            "`--ledger-table` is checked before anything is decided",
+        ),
+        Grant(("s3:ListBucket",), ("{bucket}",), "HeadBucket: `--bucket` is checked before anything is decided"),
+        Grant(
+            ("s3:PutObject",),
+            ("{bucket}/reports/batches/*",),
+            "the batch's report, rewritten after a decision: its team reads what is held and why",
+        ),
+        S3_WRITE_KEY,
+        Grant(
+            ("cloudformation:DescribeStacks",),
+            ("arn:{partition}:cloudformation:{region}:{account}:stack/{stack_name}/*",),
+            "`--stack` finds the bucket and the ledger in the stack's outputs",
+        ),
+    ),
 }
 
 
@@ -598,6 +655,13 @@ DENIALS: dict[str, tuple[Grant, ...]] = {
             ("{ledger}",),
             "the same: it cannot take, hold or free the run lock, whatever an Allow says",
             ("ForAnyValue:StringEquals:dynamodb:LeadingKeys={lock}",),
+        ),
+        Grant(
+            TRUST_WRITES,
+            ("{ledger}",),
+            "the same: trust is earned by an independent judgement or given by a named person, never by an "
+            "upload; it may read a batch's trust item for its report, never write one, whatever an Allow says",
+            ("ForAnyValue:StringLike:dynamodb:LeadingKeys=trust#*",),
         ),
     ),
 }

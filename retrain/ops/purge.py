@@ -8,8 +8,10 @@ CLI and the tests call the same code.
 Order of a purge, chosen so that an interrupted one is finished by running it again: the ledger
 first (the trigger stops putting the pair into new dataset versions), then the objects, then the
 manifests, then a second look at the bucket (something written meanwhile is erased too), then
-the trust record of a batch erased whole (a held batch must stay out of new versions until
-nothing of it is left), then the batch reports.
+the trust item of a batch erased whole (`trust#<batch>`: its held pairs must stay out of new
+versions until nothing of it is left), then the batch reports. A pair on its team's relabel list
+has a picture beside the batch report (`fix/<n>.png`) that shows the image: it leaves the list
+with the ledger's items, and the pictures the list no longer names are erased with the objects.
 
 A purge holds the trigger's lock while it works (`PurgeLease`), so that no dataset version is
 frozen meanwhile: a trigger that read the pairs before the ledger's items went could otherwise
@@ -25,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -35,7 +38,16 @@ from functions.common.contracts import ManifestEntry
 from functions.common.errors import ObjectGoneError, RetrainError
 from functions.data.ledger import Ledger
 from functions.data.ledger_batches import PURGE_HOLDER_PREFIX
-from functions.data.models import BatchStatus, FileRecord, LockRecord, ObjectVersion, PairRecord
+from functions.data.ledger_trust import TRUST_SK, trust_pk
+from functions.data.models import (
+    BatchStatus,
+    BatchTrust,
+    FileRecord,
+    LockRecord,
+    ObjectVersion,
+    PairRecord,
+    PairToFix,
+)
 from functions.data.reports import REPORT_JSON, REPORT_MARKDOWN, write_report
 from functions.data.storage import DataBucket, DeleteRefusedError
 from functions.validation import Role
@@ -62,6 +74,14 @@ PURGE_LEASE_SECONDS = 300
 # exist yet may be on its way until no trigger can still be running (Lambda's longest timeout).
 STARTING_RUN_SECONDS = 15 * 60
 WAIT_POLL_SECONDS = 15.0
+# Where the evaluation copies the relabel list's pictures, beside the batch report
+# (functions/evaluate_run/trust.py writes `fix/<n>.png`).
+FIX_PICTURES = "fix/"
+
+
+def trust_item(batch: str) -> str:
+    """The ledger item of a batch's trust, as a purge names what it erased (`pk sk`)."""
+    return f"{trust_pk(batch)} {TRUST_SK}"
 
 
 class PurgeError(RetrainError):
@@ -513,6 +533,32 @@ class Purger:
             versions_deleted=len(stale) if written is not None else 0,
         )
 
+    # ------------------------------------------------------ relabel lists --
+    def relabel_pictures(self, subjects: list[_Subject], whole: list[str]) -> list[ObjectVersion]:
+        """The pictures beside the batch reports that may show an erased image: every version
+        under `fix/` of a batch erased whole; of a batch with erased pairs, every picture its
+        relabel list no longer names once they leave it (an older list's pictures too)."""
+        found = []
+        for batch in sorted({s.batch for s in subjects} | set(whole)):
+            kept: set[str] = set()
+            if batch not in whole:
+                trust = self._ledger.trust(batch)
+                listed = _without_erased(trust.to_fix, batch, subjects) if trust else []
+                kept = {prefixes.report_key(batch, p.picture) for p in listed if p.picture}
+            found += [v for v in self._listing(prefixes.report_key(batch, FIX_PICTURES)) if v.key not in kept]
+        return found
+
+    def drop_from_relabel_lists(self, subjects: list[_Subject]) -> None:
+        """Erased pairs leave their team's relabel list (the trust item stays: its verdicts are
+        kept under digests, which show nothing)."""
+        for batch in sorted({s.batch for s in subjects if s.stem is not None}):
+
+            def change(current: BatchTrust, batch: str = batch) -> BatchTrust | None:
+                kept = _without_erased(current.to_fix, batch, subjects)
+                return None if len(kept) == len(current.to_fix) else current.model_copy(update={"to_fix": kept})
+
+            self._ledger.update_trust(batch, change)
+
     # ------------------------------------------------------------ erasing --
     def delete(self, versions: Iterable[ObjectVersion]) -> None:
         try:
@@ -557,7 +603,7 @@ def purge(
     poll_seconds: float = WAIT_POLL_SECONDS,
 ) -> PurgeReport:
     """Erase what `keys` name (see `parse_target`) everywhere; with `dry_run`, only say what. A
-    batch named whole loses its trust record last, once nothing of it is left (a held batch
+    batch named whole loses its trust item last, once nothing of it is left (a held batch
     purged is simply gone: `retrain data held` no longer lists it).
 
     Raises `PurgeUsageError` before touching anything when a KEY names nothing erasable (or a
@@ -605,9 +651,10 @@ def _purge(
     purger = Purger(ledger, s3, bucket, clock)
     subjects = purger.find(targets)
     erasing = [s for s in subjects.values() if s.found]
-    # A batch erased whole loses its trust record too: nothing of it is left to trust or hold.
+    # A batch erased whole loses its trust item too: nothing of it is left to trust or hold.
     whole = sorted({t.batch for t in targets if t.whole_batch})
     trusted = [batch for batch in whole if ledger.trust(batch) is not None]
+    forgotten = {trust_item(batch) for batch in trusted}
     unmatched = [
         t.given
         for t in targets
@@ -618,7 +665,9 @@ def _purge(
         )
     ]
     plans = purger.manifest_plans(erasing)
-    objects = _unique(o for s in erasing for o in s.objects)
+    # A relabel list's picture shows the image: it goes with the pair.
+    pictures = purger.relabel_pictures(erasing, whole)
+    objects = _unique([*(o for s in erasing for o in s.objects), *pictures])
     warnings = _warnings(ledger, plans, at)
     ledger_items: list[str] = []
     for subject in erasing:
@@ -630,7 +679,9 @@ def _purge(
             claims=subject.claims(),
             dry_run=dry_run,
         )
-    ledger_items += [f"batch#{batch} trust" for batch in trusted]
+    if not dry_run:
+        purger.drop_from_relabel_lists(erasing)
+    ledger_items += sorted(forgotten)
     batches = sorted({s.batch for s in erasing})
     report = PurgeReport(
         dry_run=dry_run,
@@ -675,7 +726,7 @@ def _purge(
     # Last, and only once nothing is left: a held batch whose purge was cut short stays held (out
     # of every version) until the same purge, run again, finishes.
     if remaining:
-        ledger_items = [item for item in ledger_items if item not in {f"batch#{b} trust" for b in trusted}]
+        ledger_items = [item for item in ledger_items if item not in forgotten]
     else:
         for batch in trusted:
             ledger.forget_trust(batch)
@@ -688,6 +739,13 @@ def _purge(
             "remaining": remaining,
         }
     )
+
+
+def _without_erased(to_fix: list[PairToFix], batch: str, subjects: list[_Subject]) -> list[PairToFix]:
+    """`to_fix` without the pairs of `batch` that `subjects` erase (by stem, or by content)."""
+    stems = {s.stem for s in subjects if s.batch == batch and s.stem is not None}
+    digests = {d for s in subjects if s.batch == batch and s.pair is not None and (d := s.pair.digest)}
+    return [p for p in to_fix if PurePosixPath(p.image).stem not in stems and p.digest not in digests]
 
 
 def _planned_change(plan: _ManifestPlan) -> ManifestChange:

@@ -1,6 +1,7 @@
 """What the ledger and the bucket hold: the overview an engineer asks for.
 
-Batches, their outcomes and their labels' trust, pairs waiting for a partner, the retraining
+Batches, their outcomes and their pairs' trust (per pair content: "new", "held", "3 held, 40
+trusted"), pairs waiting for a partner, the retraining
 lock, the newest dataset versions. It takes its clients as arguments and knows nothing of a
 command line, so the CLI and the tests call the same code.
 """
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 from functions.common import prefixes
 from functions.data.ledger import Ledger
 from functions.data.models import BatchStatus
+from functions.data.reports import count_trust, curated_contents
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -29,7 +31,8 @@ def utc_now() -> datetime:
 class BatchSummary(BaseModel):
     batch: str
     status: BatchStatus
-    # How far its labels are trusted: a `Trust` value, or "new" (`retrain data held` says more).
+    # How far its curated pairs' labels are trusted, per pair content: "new", "held", or a mix
+    # with counts ("3 held, 40 trusted"); `retrain data held` says who decided and why.
     trust: str = "new"
     closed_by: str | None
     first_seen: datetime
@@ -85,21 +88,23 @@ def data_status(
     records = sorted(ledger.batches(), key=lambda b: (b.last_seen, b.batch), reverse=True)
     shown = records[:batches] if batches else records
     trusts = ledger.trusts()
-    summaries = [
-        BatchSummary(
-            batch=record.batch,
-            status=record.status,
-            trust=trusts[record.batch].trust.value if record.batch in trusts else "new",
-            closed_by=record.close_reason,
-            first_seen=record.first_seen,
-            last_seen=record.last_seen,
-            closed_at=record.closed_at,
-            # Every uploaded version has exactly one fate, so these add up to the uploads.
-            files=dict(sorted(Counter(f.status.value for f in ledger.files(record.batch)).items())),
-            pairs=dict(sorted(Counter(p.status.value for p in ledger.pairs(record.batch)).items())),
+    summaries = []
+    for record in shown:
+        pairs = ledger.pairs(record.batch)
+        summaries.append(
+            BatchSummary(
+                batch=record.batch,
+                status=record.status,
+                trust=count_trust(trusts.get(record.batch), curated_contents(pairs).values()).summary(),
+                closed_by=record.close_reason,
+                first_seen=record.first_seen,
+                last_seen=record.last_seen,
+                closed_at=record.closed_at,
+                # Every uploaded version has exactly one fate, so these add up to the uploads.
+                files=dict(sorted(Counter(f.status.value for f in ledger.files(record.batch)).items())),
+                pairs=dict(sorted(Counter(p.status.value for p in pairs).items())),
+            )
         )
-        for record in shown
-    ]
     # Far ahead: a pair a function recorded a moment ago must not hide behind clock skew.
     pending = ledger.pending_pairs_seen_before(now + timedelta(days=1))
     lock = ledger.lock()

@@ -1,14 +1,20 @@
-"""Which batches' labels are trusted, and an operator's say over it (DESIGN.md section 3, data trust).
+"""Which pairs' labels are trusted, and a person's say over it (DESIGN.md section 3, data trust).
 
-`retrain data held` lists the batches a run's screening (or an operator) held, those an operator
-released, and the team's benchmark; `retrain data release`, `hold` and `benchmark` change one
-batch's trust. The ledger keeps one trust record per batch that is not simply new
-(`functions/data/ledger_trust.py`); the trigger reads them when it freezes a dataset version, so a
-change counts from the next run on: a run already going keeps the version it froze.
+Trust belongs to pair contents (`contracts.pair_digest`), never to a batch's name: the ledger keeps
+one trust item per batch with a verdict for each pair content judged (`functions/data/ledger_trust.py`).
+A run's screening holds the pairs it finds wrong and trusts the ones an independent judgement passed;
+`retrain data held` lists what is held, released and the benchmark, and `retrain data release`,
+`hold` and `benchmark` change the verdicts on one batch's *current* pairs. A pair added or replaced
+later has a content of its own: it is new, and screened, whatever was decided here.
 
-An operator's decision is written unconditionally (`Ledger.set_trust`): it stands against
-screening, whose holds are conditional. Each change is refused, with nothing changed, for a batch
-the ledger does not know or one whose trust does not allow it (`TrustRefusedError`).
+Every change is made by a named person (the caller's identity, `caller_identity`) for a reason
+(`ReasonRequiredError` without one, before anything is read), recorded as a `TrustDecision` beside
+the screening's, and written over the revision read (`Ledger.update_trust`), so a screening that
+records its verdicts meanwhile is never overwritten. A change is refused, with nothing changed, for a
+batch the ledger does not know or whose pairs' trust does not allow it (`TrustRefusedError`). The
+trigger reads the verdicts when it freezes a dataset version, so a change counts from the next run
+on: a run already going keeps the version it froze.
+
 It takes the ledger as an argument and knows nothing of a command line, so the CLI and the tests
 call the same code.
 """
@@ -17,138 +23,151 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from functions.common import prefixes
 from functions.common.errors import ConcurrentUpdateError, RetrainError
 from functions.data.ledger import Ledger
-from functions.data.models import PairStatus, Trust, TrustRecord
+from functions.data.models import BatchTrust, PairStatus, PairToFix, Trust, TrustDecision
+from functions.data.reports import NEW, REPORT_MARKDOWN, PairTrustCounts, count_trust, curated_contents
 from retrain.ops.status import utc_now
 
-OPERATOR = "operator"
-OFFER_ATTEMPTS = 5  # reads of a pair the intake keeps changing under a release
-NEW = "new"  # no trust record: what the status and the messages call such a batch
+if TYPE_CHECKING:
+    from mypy_boto3_sts import STSClient
 
-# One line each: what the trust means for the next runs (`retrain data held` and the refusals).
+OFFER_ATTEMPTS = 5  # reads of a pair the intake keeps changing under a release
+# What a benchmark decision says of how its labels were checked (`make_benchmark`).
+CHECKED_BY_HAND = "its labels were checked by hand"
+SCREENED_AND_TRUSTED = "every pair was screened and passed by an independent judgement (trusted)"
+UNDONE = "benchmark undone"  # the verdict of `undo_benchmark`: its pairs are new again
+
+# One line each: what a pair's trust means for the next runs (`retrain data held` and the commands' messages).
 MEANINGS: dict[str, str] = {
-    Trust.HELD: "left out of every dataset version until released or purged",
-    Trust.RELEASED: "held, then let in by an operator: trained on, still screened and reported, "
-    "never held again automatically",
+    Trust.HELD: "left out of every dataset version until its labels are fixed (a new pair) or a person releases it",
+    Trust.RELEASED: "held, then let in by a person: trained on, still screened and reported, never held again "
+    "automatically",
     Trust.BENCHMARK: "the team's evaluation set: never trained on, always in the quality gate",
-    Trust.TRUSTED: "an accepted run trained on it: its validation pairs judge the quality gate",
-    NEW: "no accepted run has trained on it yet: the next run with an accepted model screens it",
+    Trust.TRUSTED: "an independent screening passed it: it calibrates the next screening and judges the gate",
+    NEW: "no verdict on its content yet: the next run with an accepted model screens it",
 }
 
 
 class TrustRefusedError(RetrainError):
-    """An operator's trust change that does not apply to the batch as it is: nothing changed."""
+    """A trust change that does not apply to the batch's pairs as they are: nothing changed."""
+
+
+class ReasonRequiredError(RetrainError):
+    """A trust change without a reason (or without a person to record): a usage error, refused
+    before anything is read or written."""
 
 
 class TrustEntry(BaseModel):
-    """One batch with a trust record, as `retrain data held` lists it."""
+    """One batch with pair verdicts, as `retrain data held` lists it."""
 
     batch: str
-    trust: Trust
-    by: str  # "screening" or "operator" (who held, released or named it)
-    run: str | None  # the run whose screening held it (kept when an operator releases it)
-    at: datetime
-    reasons: list[str]
-    pairs: int  # its curated pairs: what a held batch keeps out of every version
-    run_report: str | None  # `reports/runs/<run>/`: the run's report shows what screening found
+    pairs: PairTrustCounts  # its curated pairs as they are now, by trust
+    last: TrustDecision | None  # who decided last, when, why (a screening names its run)
+    run_report: str | None  # `reports/runs/<run>/` of the newest decision a run made: what screening found
+    report: str  # `reports/batches/<batch>/report.md`: the team's view, with the pairs to fix
+    to_fix: int  # pairs on its relabel list
 
 
 class TrustOverview(BaseModel):
     at: datetime
-    held: list[TrustEntry]
+    held: list[TrustEntry]  # batches with held pairs, oldest last decision first
     released: list[TrustEntry]
     benchmark: list[TrustEntry]
-    trusted: int  # batches an accepted run trained on
-    new: int  # batches without a trust record
+    trusted: int  # batches with trusted pairs
+    new: int  # batches none of whose current pairs has a verdict
 
 
 class TrustChange(BaseModel):
-    """What an operator's command did to one batch."""
+    """What a person's command did to one batch."""
 
     batch: str
-    before: str  # a `Trust` value, or "new"
-    after: str
-    record: TrustRecord | None  # the record written; None once it is forgotten (a new batch again)
+    decision: TrustDecision  # the decision recorded: verdict, who, when, why, pair contents changed
+    before: PairTrustCounts  # the batch's current pairs, before and after
+    after: PairTrustCounts
     running: str | None  # the run holding the retraining lock: it keeps the version it froze
-    # A release: the batch's curated pairs, offered to the trigger as new data again.
+    # A release: the released pairs, offered to the trigger as new data again.
     offered: int = 0
 
 
-def who(by: str, run: str | None) -> str:
-    """`run <run>'s screening`, or `operator`: who made a trust decision."""
-    return f"run {run}'s {by}" if run and by != OPERATOR else by
-
-
-def describe(trust: Trust | str | None) -> str:
-    """`held (left out of every ...)`: a trust with its meaning, for messages."""
-    name = NEW if trust is None else str(trust)
-    return f"{name} ({MEANINGS[name]})"
+def caller_identity(sts: STSClient) -> str:
+    """Who is deciding, as AWS knows them (their ARN): recorded with every trust decision."""
+    return sts.get_caller_identity()["Arn"]
 
 
 def trust_overview(ledger: Ledger, *, clock: Callable[[], datetime] = utc_now) -> TrustOverview:
-    """Every batch that is held, released or the benchmark, oldest decision first; how many are
-    trusted and new."""
-    records = ledger.trusts()
-    names = {batch.batch for batch in ledger.batches()}
-
-    def entries(trust: Trust) -> list[TrustEntry]:
-        found = sorted((r for r in records.values() if r.trust is trust), key=lambda r: (r.at, r.batch))
-        return [_entry(ledger, record) for record in found]
-
+    """Every batch with held, released or benchmark pairs, oldest last decision first; how many
+    batches have trusted pairs, and how many have no verdict at all."""
+    trusts = ledger.trusts()
+    entries = []
+    new = 0
+    for batch in ledger.batches():
+        contents = curated_contents(ledger.pairs(batch.batch))
+        trust = trusts.get(batch.batch)
+        counts = count_trust(trust, contents.values())
+        if counts.new == counts.total:
+            new += 1
+        if trust is not None:
+            entries.append(_entry(batch.batch, trust, counts))
+    entries.sort(key=lambda e: (e.last.at if e.last else clock(), e.batch))
     return TrustOverview(
         at=clock(),
-        held=entries(Trust.HELD),
-        released=entries(Trust.RELEASED),
-        benchmark=entries(Trust.BENCHMARK),
-        trusted=sum(record.trust is Trust.TRUSTED for record in records.values()),
-        new=len(names - records.keys()),
+        held=[e for e in entries if e.pairs.held],
+        released=[e for e in entries if e.pairs.released],
+        benchmark=[e for e in entries if e.pairs.benchmark],
+        trusted=sum(1 for e in entries if e.pairs.trusted),
+        new=new,
     )
 
 
 def release_batch(
-    ledger: Ledger, batch: str, *, reason: str | None = None, clock: Callable[[], datetime] = utc_now
+    ledger: Ledger, batch: str, *, reason: str, by: str, clock: Callable[[], datetime] = utc_now
 ) -> TrustChange:
-    """Let a held batch in: trained on from the next run on, still screened, never held again by
-    screening. Only a held batch can be released."""
-    current = _current(ledger, batch)
-    if current is None or current.trust is not Trust.HELD:
-        raise TrustRefusedError(f"{batch} is not held: it is {describe(current.trust if current else None)}")
-    record = TrustRecord(
-        batch=batch,
-        trust=Trust.RELEASED,
-        # Why it was held stays beside why it was let in: the next reader sees both sides.
-        reasons=[*_given(reason), *(f"held: {why}" for why in current.reasons)],
-        run=current.run,
-        by=OPERATOR,
-        at=clock(),
-    )
-    ledger.set_trust(record)
-    offered = _offer_again(ledger, batch, record.at)
-    return _change(ledger, batch, current, record, record.at).model_copy(update={"offered": offered})
+    """Let a batch's held pairs in: trained on from the next run on, still screened, never held
+    again by a screening. Only its current held pairs (a label replaced since is a new pair)."""
+    why, who = _required(reason, by)
+    contents = _contents(ledger, batch)
+    now = clock()
+    released: set[str] = set()
+
+    def release(current: BatchTrust) -> BatchTrust:
+        held = {d for d in contents.values() if current.of(d) is Trust.HELD}
+        if not held:
+            raise TrustRefusedError(f"{batch} has no held pair: its pairs are {_summary(current, contents)}")
+        released.clear()
+        released.update(held)  # what the last try, the one written, released
+        decision = _decision(Trust.RELEASED, who, why, now, len(held))
+        return _decided(current, dict.fromkeys(held, Trust.RELEASED), decision, fixed=held)
+
+    change = _change(ledger, batch, contents, release, now)
+    return change.model_copy(update={"offered": _offer_again(ledger, batch, now, released)})
 
 
-def _offer_again(ledger: Ledger, batch: str, now: datetime) -> int:
-    """Make a released batch's curated pairs new data for the trigger again; how many there are.
+def _offer_again(ledger: Ledger, batch: str, now: datetime, released: set[str]) -> int:
+    """Make the released pairs new data for the trigger again; how many there are.
 
-    A batch that screening held was frozen into the version of the run that screened it, as new:
-    its pairs are marked with that version and the batch consumed, so the trigger would count
-    none of them new, and a release would wait for some other team's drop. No accepted model
-    was trained on them, so they are new: unmark them, then bring the batch back (in that order,
-    so the trigger never sees the batch back with nothing new in it and consumes it again).
+    A pair that screening held was frozen into the version of the run that screened it, as new:
+    it is marked with that version and its batch consumed, so the trigger would count it no new
+    pair, and a release would wait for some other team's drop. No accepted model was trained on
+    it, so it is new: unmark it, then bring the batch back (in that order, so the trigger never sees
+    the batch back with nothing new in it and consumes it again).
     """
-    curated = 0
+    offered = 0
     for pair in ledger.pairs(batch):
-        if pair.status is not PairStatus.VALID:
+        if pair.status is not PairStatus.VALID or pair.digest not in released:
             continue
-        curated += 1
+        offered += 1
         for _ in range(OFFER_ATTEMPTS):
             found = ledger.pair(batch, pair.stem)
+            # A pair the intake changed meanwhile (a new label) is a new pair already: nothing to do.
             if found is None or found[0].status is not PairStatus.VALID or found[0].dataset_version is None:
+                break
+            if found[0].digest not in released:
                 break
             record, revision = found
             try:
@@ -159,70 +178,154 @@ def _offer_again(ledger: Ledger, batch: str, now: datetime) -> int:
         else:
             raise ConcurrentUpdateError(f"pair {batch}/{pair.stem} kept changing: run the release again")
     ledger.touch_batch(batch, now)
-    return curated
+    return offered
 
 
 def hold_batch(
-    ledger: Ledger, batch: str, *, reason: str | None = None, clock: Callable[[], datetime] = utc_now
+    ledger: Ledger, batch: str, *, reason: str, by: str, clock: Callable[[], datetime] = utc_now
 ) -> TrustChange:
-    """An operator holds a batch by hand: left out of every dataset version frozen from now on.
-    A benchmark is never trained on anyway (turn it back first), and a held batch stays held."""
-    current = _current(ledger, batch)
-    if current is not None and current.trust is Trust.HELD:
-        raise TrustRefusedError(
-            f"{batch} is held already (by {who(current.by, current.run)}, {current.at:%Y-%m-%d %H:%M:%S} UTC)"
-        )
-    if current is not None and current.trust is Trust.BENCHMARK:
-        raise TrustRefusedError(
-            f"{batch} is the team's benchmark: never trained on already; "
-            f"`retrain data benchmark {batch} --undo` makes it a new batch first"
-        )
-    record = TrustRecord(batch=batch, trust=Trust.HELD, reasons=_given(reason), by=OPERATOR, at=clock())
-    ledger.set_trust(record)
-    return _change(ledger, batch, current, record, record.at)
+    """A person holds a batch's current pairs: left out of every dataset version frozen from now
+    on, whatever their trust was. Pairs added or replaced later are new, and screened. A
+    benchmark is never trained on anyway (undo it first)."""
+    why, who = _required(reason, by)
+    contents = _contents(ledger, batch)
+    now = clock()
+
+    def hold(current: BatchTrust) -> BatchTrust:
+        if any(current.of(d) is Trust.BENCHMARK for d in contents.values()):
+            raise TrustRefusedError(
+                f"{batch} holds the team's benchmark: never trained on already; "
+                f"`retrain data benchmark {batch} --undo --reason ...` makes its pairs new first"
+            )
+        targets = {d for d in contents.values() if current.of(d) is not Trust.HELD}
+        if not targets:
+            last = current.last
+            said = f" (last decision: {last.verdict} by {last.by}, {last.at:%Y-%m-%d %H:%M:%S} UTC)" if last else ""
+            raise TrustRefusedError(f"every pair of {batch} is held already{said}")
+        decision = _decision(Trust.HELD, who, why, now, len(targets))
+        return _decided(current, dict.fromkeys(targets, Trust.HELD), decision)
+
+    return _change(ledger, batch, contents, hold, now)
 
 
-def make_benchmark(ledger: Ledger, batch: str, *, clock: Callable[[], datetime] = utc_now) -> TrustChange:
-    """Name a batch part of the team's benchmark: evaluation only, in every quality gate. A held
-    batch's labels are in doubt: it is released first, or purged."""
-    current = _current(ledger, batch)
-    if current is not None and current.trust is Trust.HELD:
-        raise TrustRefusedError(
-            f"{batch} is held: its labels are in doubt, so it cannot judge models; "
-            f"release it first (`retrain data release {batch}`) if they are right"
-        )
-    if current is not None and current.trust is Trust.BENCHMARK:
-        raise TrustRefusedError(f"{batch} is the team's benchmark already")
-    record = TrustRecord(batch=batch, trust=Trust.BENCHMARK, by=OPERATOR, at=clock())
-    ledger.set_trust(record)
-    return _change(ledger, batch, current, record, record.at)
+def make_benchmark(
+    ledger: Ledger,
+    batch: str,
+    *,
+    reason: str,
+    by: str,
+    checked_by_hand: bool = False,
+    clock: Callable[[], datetime] = utc_now,
+) -> TrustChange:
+    """Name a batch's current pairs the team's benchmark: evaluation only, in every quality gate.
+    Its labels must be right: every pair trusted (screened and passed by an independent judgement),
+    or checked by hand, which the decision records. A held pair's labels are in doubt: release it
+    first, or purge it."""
+    why, who = _required(reason, by)
+    contents = _contents(ledger, batch)
+    now = clock()
+
+    def name(current: BatchTrust) -> BatchTrust:
+        verdicts = [current.of(d) for d in contents.values()]
+        if Trust.HELD in verdicts:
+            raise TrustRefusedError(
+                f"{batch} has held pairs, which cannot judge models: its labels are in doubt: release it first "
+                f"(`retrain data release {batch} --reason ...`) if they are right, or purge it"
+            )
+        targets = {d for d in contents.values() if current.of(d) is not Trust.BENCHMARK}
+        if not targets:
+            raise TrustRefusedError(f"{batch} is the team's benchmark already")
+        unscreened = sum(1 for d in targets if current.of(d) is not Trust.TRUSTED)
+        if unscreened and not checked_by_hand:
+            raise TrustRefusedError(
+                f"{unscreened} of {len(contents)} pairs of {batch} are not trusted "
+                f"({_summary(current, contents)}). A benchmark can only be made from screened content or with "
+                "an explicit reason that says it was checked by hand (--checked-by-hand)"
+            )
+        how = CHECKED_BY_HAND if checked_by_hand else SCREENED_AND_TRUSTED
+        decision = _decision(Trust.BENCHMARK, who, why, now, len(targets), how)
+        return _decided(current, dict.fromkeys(targets, Trust.BENCHMARK), decision)
+
+    return _change(ledger, batch, contents, name, now)
 
 
-def undo_benchmark(ledger: Ledger, batch: str, *, clock: Callable[[], datetime] = utc_now) -> TrustChange:
-    """A benchmark batch becomes a new batch again: screened and trained on like any new drop."""
-    current = _current(ledger, batch)
-    if current is None or current.trust is not Trust.BENCHMARK:
-        raise TrustRefusedError(
-            f"{batch} is not the team's benchmark: it is {describe(current.trust if current else None)}"
-        )
-    ledger.forget_trust(batch)
-    return _change(ledger, batch, current, None, clock())
+def undo_benchmark(
+    ledger: Ledger, batch: str, *, reason: str, by: str, clock: Callable[[], datetime] = utc_now
+) -> TrustChange:
+    """A batch's benchmark pairs become new again: screened and trained on like any new drop."""
+    why, who = _required(reason, by)
+    contents = _contents(ledger, batch)
+    now = clock()
+
+    def undo(current: BatchTrust) -> BatchTrust:
+        # Every benchmark content of the batch, a replaced label's too: the batch is no benchmark now.
+        named = {d for d, trust in current.pairs.items() if trust is Trust.BENCHMARK}
+        if not named:
+            raise TrustRefusedError(f"{batch} is not the team's benchmark: its pairs are {_summary(current, contents)}")
+        pairs = {d: trust for d, trust in current.pairs.items() if d not in named}
+        decision = _decision(UNDONE, who, why, now, len(named))
+        return current.model_copy(update={"pairs": pairs, "decisions": [*current.decisions, decision]})
+
+    return _change(ledger, batch, contents, undo, now)
 
 
-def _current(ledger: Ledger, batch: str) -> TrustRecord | None:
-    """The batch's trust record (None: new); `TrustRefusedError` for a batch the ledger does not know."""
+# ------------------------------------------------------------------ helpers --
+def _required(reason: str, by: str) -> tuple[str, str]:
+    """The reason and the person, or `ReasonRequiredError`: a decision nobody can explain later
+    is not made."""
+    if not reason or not reason.strip():
+        raise ReasonRequiredError("a trust decision needs a reason (--reason TEXT): it is kept with the decision")
+    if not by or not by.strip():
+        raise ReasonRequiredError("a trust decision needs the identity of who makes it")
+    return reason.strip(), by.strip()
+
+
+def _contents(ledger: Ledger, batch: str) -> dict[str, str]:
+    """The batch's curated pairs now (stem -> digest); `TrustRefusedError` for a batch the ledger
+    does not know, or one with nothing curated to decide on."""
     if ledger.batch(batch) is None:
         raise TrustRefusedError(f"there is no batch {batch} in the ledger (`retrain data status` lists them)")
-    return ledger.trust(batch)
+    contents = curated_contents(ledger.pairs(batch))
+    if not contents:
+        raise TrustRefusedError(f"{batch} has no curated pair to decide on (a pair curated later is new, and screened)")
+    return contents
 
 
-def _given(reason: str | None) -> list[str]:
-    return [reason.strip()] if reason and reason.strip() else []
+def _decision(verdict: str, by: str, reason: str, now: datetime, pairs: int, *more: str) -> TrustDecision:
+    return TrustDecision(verdict=str(verdict), by=by, run=None, at=now, reasons=[reason, *more], pairs=pairs)
+
+
+def _decided(
+    current: BatchTrust, verdicts: dict[str, Trust], decision: TrustDecision, *, fixed: set[str] | None = None
+) -> BatchTrust:
+    """`current` with `verdicts` and `decision`; the pairs in `fixed` leave the relabel list
+    (released: their labels are right)."""
+    to_fix: list[PairToFix] = [p for p in current.to_fix if p.digest not in (fixed or set())]
+    return current.model_copy(
+        update={
+            "pairs": {**current.pairs, **verdicts},
+            "decisions": [*current.decisions, decision],
+            "to_fix": to_fix,
+        }
+    )
 
 
 def _change(
-    ledger: Ledger, batch: str, before: TrustRecord | None, after: TrustRecord | None, now: datetime
+    ledger: Ledger,
+    batch: str,
+    contents: dict[str, str],
+    change: Callable[[BatchTrust], BatchTrust],
+    now: datetime,
 ) -> TrustChange:
+    """Write `change` over the revision read (it raises `TrustRefusedError` to write nothing)."""
+    before: list[BatchTrust] = []
+
+    def recorded(current: BatchTrust) -> BatchTrust:
+        before[:] = [current]  # the revision the change was made over (the last try's)
+        return change(current)
+
+    written = ledger.update_trust(batch, recorded)
+    assert written is not None and written.last is not None, "every change writes a decision"
     lock = ledger.lock()
     # A purge's lease freezes nothing; a run's dataset version was frozen before this change.
     running = None
@@ -230,21 +333,24 @@ def _change(
         running = lock.holder
     return TrustChange(
         batch=batch,
-        before=before.trust.value if before is not None else NEW,
-        after=after.trust.value if after is not None else NEW,
-        record=after,
+        decision=written.last,
+        before=count_trust(before[0], contents.values()),
+        after=count_trust(written, contents.values()),
         running=running,
     )
 
 
-def _entry(ledger: Ledger, record: TrustRecord) -> TrustEntry:
+def _summary(trust: BatchTrust, contents: dict[str, str]) -> str:
+    return count_trust(trust, contents.values()).summary()
+
+
+def _entry(batch: str, trust: BatchTrust, counts: PairTrustCounts) -> TrustEntry:
+    by_run = next((d for d in reversed(trust.decisions) if d.run), None)
     return TrustEntry(
-        batch=record.batch,
-        trust=record.trust,
-        by=record.by,
-        run=record.run,
-        at=record.at,
-        reasons=record.reasons,
-        pairs=sum(pair.status is PairStatus.VALID for pair in ledger.pairs(record.batch)),
-        run_report=prefixes.run_report_key(record.run, "") if record.run else None,
+        batch=batch,
+        pairs=counts,
+        last=trust.last,
+        run_report=prefixes.run_report_key(by_run.run, "") if by_run and by_run.run else None,
+        report=prefixes.report_key(batch, REPORT_MARKDOWN),
+        to_fix=len(trust.to_fix),
     )

@@ -101,6 +101,13 @@ def manifest_images(stack: OfflineStack, version: str) -> list[str]:
 def erasure_role_refusals(stack: OfflineStack, calls: list[Call]) -> list[str]:
     """The calls of a purge that ErasureRole's statements, or the bucket policy, would refuse on
     AWS (offline nothing is refused: moto enforces neither)."""
+    return role_refusals(stack, calls, "ErasureRole")
+
+
+def role_refusals(stack: OfflineStack, calls: list[Call], logical_id: str) -> list[str]:
+    """The calls of an operator's command that the role's statements, or the bucket policy, would
+    refuse on AWS. STS answers GetCallerIdentity to any credentials: it needs no grant."""
+    calls = [call for call in calls if (call.service, call.operation) != ("sts", "GetCallerIdentity")]
     body = load_template(stack.options.template).body
     resolver = Resolver(
         stack.options.stack_name,
@@ -114,11 +121,11 @@ def erasure_role_refusals(stack: OfflineStack, calls: list[Call]) -> list[str]:
         condition_definitions=body["Conditions"],
         mappings=body["Mappings"],
     )
-    statements = iam.statements_of(body, "ErasureRole", resolver)
+    statements = iam.statements_of(body, logical_id, resolver)
     bucket_policy = iam.resource_policy(
         resolver.resolve(body["Resources"]["DataBucketPolicy"]["Properties"])["PolicyDocument"]
     )
-    role = f"arn:aws:iam::{ACCOUNT_ID}:role/{stack.options.stack_name}-ErasureRole-1A2B3C4D5E6F"
+    role = f"arn:aws:iam::{ACCOUNT_ID}:role/{stack.options.stack_name}-{logical_id}-1A2B3C4D5E6F"
     key = stack.resource("DataKey").attributes["Arn"]
     refused = {
         f"{call.service}.{call.operation} needs {need}"

@@ -28,7 +28,7 @@ from functions.common.summary import RunSummary
 from functions.evaluate_run import history
 from functions.evaluate_run.logic import Evaluation, Evaluator
 from functions.evaluate_run.trust import TrustChanges
-from functions.notify.render import render
+from functions.notify.render import SUBJECT_LIMIT, render
 from tests.unit.fakes import stubbed, tar_gz
 from tests.unit.notify_cases import links_for
 from tests.unit.test_evaluator import (
@@ -62,13 +62,13 @@ def s3() -> Iterator[Any]:
 
 
 class TrustSeen:
-    """Stands in for the batches' trust keeper: what each call was told of the run's acceptance."""
+    """Stands in for the pairs' trust keeper: which runs' screenings it was asked to record."""
 
     def __init__(self) -> None:
-        self.accepted: list[bool] = []
+        self.runs: list[str] = []
 
-    def record(self, run: str, screening: Any, *, accepted: bool, trained: Any, now: Any) -> TrustChanges:
-        self.accepted.append(accepted)
+    def record(self, run: str, screening: Any, *, pictures: Any, now: Any) -> TrustChanges:
+        self.runs.append(run)
         return TrustChanges()
 
 
@@ -178,8 +178,12 @@ def test_two_evaluations_racing_for_accepted_json_one_wins_and_the_other_knows(s
     told = render(RunSummary.model_validate(summary), links_for(RunSummary.model_validate(summary)))
     assert summary["gate"]["accepted_meanwhile"] == winner
     # Not "rejected by the quality gate": the gate passed it; another run was accepted first.
-    assert told.subject.startswith("Retraining passed the gate, another run won: mIoU 0.720")
-    assert told.subject.endswith(f" - {summary['dataset_version']}"), "it fits the subject's 100 characters"
+    # The gate's mIoU and change, and the pairs both models were scored on (no pair is trusted
+    # yet: the split); the dataset version gives way to them in SNS's 100 characters.
+    assert told.subject.startswith(
+        "Retraining passed the gate, another run won: mIoU 0.720 (+0.020, validation split)"
+    ), told.subject
+    assert len(told.subject) <= SUBJECT_LIMIT, f"SNS refuses a subject of {len(told.subject)} characters"
 
     assert f"Quality gate: passed, not accepted\n  - run {winner} was accepted meanwhile" in told.text
     assert told.slack["blocks"][0]["text"]["text"].endswith("Retraining passed the gate, another run won")
@@ -204,7 +208,9 @@ def test_a_run_whose_baseline_was_replaced_before_it_was_evaluated_is_not_accept
         outcome = evaluation.evaluate(run_of(context, RUNS[0]), JOB, now=NOW)
 
     assert outcome.outcome == "rejected"
-    assert trust.accepted == [False], "its batches earn no trust from a model that was not accepted"
+    # Trust comes from the screening's judgement (by the model accepted when the run started),
+    # not from the gate's verdict on the candidate: it is recorded once, whatever the outcome.
+    assert trust.runs == [RUNS[0]]
     named = json.loads(s3.get_object(Bucket=BUCKET, Key=prefixes.ACCEPTED_MODEL)["Body"].read())["run"]
     assert named == "ds-20261202-080000-5ca1ab1e", "the newer model stays accepted"
 

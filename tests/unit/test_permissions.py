@@ -434,7 +434,9 @@ def test_the_decoder_cannot_touch_the_run_lock_or_write_run_reports(body: dict[s
     assert not _as(body, "IntakeFunction", "s3:PutObject", f"reports/runs/{RUN}/metrics.json")
 
 
-def test_a_wider_allow_for_the_decoder_still_leaves_the_lock_and_run_reports_refused(body: dict[str, Any]) -> None:
+def test_a_wider_allow_for_the_decoder_still_leaves_the_lock_trust_and_run_reports_refused(
+    body: dict[str, Any],
+) -> None:
     from functions.data.ledger_batches import LOCK_PK  # noqa: PLC0415
 
     broken = copy.deepcopy(body)
@@ -453,8 +455,80 @@ def test_a_wider_allow_for_the_decoder_still_leaves_the_lock_and_run_reports_ref
 
     assert iam.allowed(intake, _ledger_need(broken, "dynamodb:PutItem", "run#ds-1")), "the copy is wider"
     assert not iam.allowed(intake, _ledger_need(broken, "dynamodb:PutItem", LOCK_PK))
+    for action in TRUST_WRITES:
+        assert not iam.allowed(intake, _ledger_need(broken, action, TRUST_ITEM)), f"{action} on a trust item"
+    assert iam.allowed(intake, _ledger_need(broken, "dynamodb:GetItem", TRUST_ITEM)), "reading stays allowed"
     assert not iam.allowed(intake, iam.Need("s3:PutObject", f"{bucket}/reports/runs/{RUN}/metrics.json"))
     assert any("IntakeFunction: grants" in p for p in iam.check_template(broken, iam.fake_resolver(broken)))
+
+
+# A pair's trust is earned by an independent judgement or given by a named person (issue 34).
+TRUST_ITEM = "trust#munich-01"
+TRUST_WRITES = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
+
+
+def test_the_decoder_reads_a_batchs_trust_for_its_report_and_never_writes_it(body: dict[str, Any]) -> None:
+    intake = resolved(body, "IntakeFunction")
+
+    assert iam.allowed(intake, _ledger_need(body, "dynamodb:GetItem", TRUST_ITEM)), "the batch report reads it"
+    for action in TRUST_WRITES:
+        assert not iam.allowed(intake, _ledger_need(body, action, TRUST_ITEM)), f"{action} on a trust item"
+    assert not iam.allowed(intake, _ledger_need(body, "dynamodb:Query", TRUST_ITEM)), "it reads one item"
+    # The batches themselves are still the intake's to write.
+    assert iam.allowed(intake, _ledger_need(body, "dynamodb:PutItem", "batch#munich-01"))
+
+
+def test_the_denied_trust_partition_is_the_one_the_code_writes(body: dict[str, Any]) -> None:
+    from functions.data.ledger_trust import TRUST_PK_PREFIX, trust_pk  # noqa: PLC0415
+
+    denied = [
+        s
+        for s in resolved(body, "IntakeFunction")
+        if s.effect == "Deny" and any(a.startswith("dynamodb:") for a in s.actions) and "dynamodb:*" not in s.actions
+    ]
+
+    assert [s.conditions for s in denied] == [
+        {"ForAnyValue:StringLike": {"dynamodb:LeadingKeys": f"{TRUST_PK_PREFIX}*"}}
+    ], "the Deny names another partition than ledger_trust.py writes"
+    assert trust_pk("munich-01") == TRUST_ITEM
+
+
+def test_a_trust_operator_decides_trust_and_re_offers_pairs_and_touches_nothing_else(body: dict[str, Any]) -> None:
+    from functions.data.ledger_batches import LOCK_PK  # noqa: PLC0415
+
+    operator = resolved(body, "TrustOperatorRole")
+    names = iam.placeholders(body, iam.fake_resolver(body))
+
+    for action in ("dynamodb:GetItem", "dynamodb:PutItem"):
+        assert iam.allowed(operator, _ledger_need(body, action, TRUST_ITEM)), f"{action} on a trust item"
+    assert iam.allowed(operator, _ledger_need(body, "dynamodb:PutItem", "batch#munich-01")), "a released pair"
+    assert iam.allowed(operator, _ledger_need(body, "dynamodb:UpdateItem", "batch#munich-01")), "its batch touched"
+    assert iam.allowed(operator, _ledger_need(body, "dynamodb:GetItem", LOCK_PK)), "which run keeps its version"
+    assert not iam.allowed(operator, _ledger_need(body, "dynamodb:PutItem", LOCK_PK)), "it may not take the lock"
+    assert not iam.allowed(operator, _ledger_need(body, "dynamodb:PutItem", "content#" + "ab" * 32))
+    assert not iam.allowed(operator, _ledger_need(body, "dynamodb:DeleteItem", TRUST_ITEM)), "forgetting is a purge"
+    assert iam.allowed(operator, iam.Need("s3:PutObject", f"{names['bucket']}/reports/batches/munich-01/report.md"))
+    assert not iam.allowed(operator, iam.Need("s3:GetObject", f"{names['bucket']}/dataset/images/munich-01/a.jpg"))
+    assert not iam.allowed(operator, iam.Need("s3:GetObject", f"{names['bucket']}/reports/runs/{RUN}/report.html"))
+
+
+@pytest.mark.parametrize(
+    ("operators", "principal"),
+    [
+        ("", f"arn:aws:iam::{iam.ACCOUNT}:root"),
+        ("arn:aws:iam::111122223333:role/ml-leads", ["arn:aws:iam::111122223333:role/ml-leads"]),
+    ],
+    ids=["the account's IAM decides", "named operators"],
+)
+def test_who_may_decide_trust_is_the_accounts_iam_or_the_named_operators(
+    body: dict[str, Any], operators: str, principal: Any
+) -> None:
+    resolver = iam.fake_resolver(body, TrustOperatorArns=operators)
+    trust = resolver.resolve(body["Resources"]["TrustOperatorRole"]["Properties"]["AssumeRolePolicyDocument"])
+
+    (statement,) = trust["Statement"]
+    assert statement["Principal"] == {"AWS": principal}
+    assert body["Outputs"]["TrustOperatorRoleArn"]["Value"] == {"Fn::GetAtt": ["TrustOperatorRole", "Arn"]}
 
 
 def test_the_denied_lock_is_the_one_the_code_takes(body: dict[str, Any]) -> None:
