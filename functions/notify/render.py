@@ -2,22 +2,31 @@
 
 Both say the same things, in the same order: the outcome; the data (dataset version, pairs, new
 pairs since the last run); duration, instances and an estimated cost; mIoU with its change and
-the classes that got worse; each profiler rule that found issues, with what to do (the rest in one
-line); for a failure, where, the error and the first lines of the cause; then the links. Slack's
-limits (50 blocks, 3,000 characters a section, 10 fields, 75 a button label) hold whatever the run
-produced: long texts are cut with an ellipsis, surplus rules summarised.
+the classes that got worse; what screening decided about the new data (`new_data.py`); each
+profiler rule that found issues, with what to do (the rest in one line); for a failure, where, the
+error and the first lines of the cause; then the links. Slack's limits (50 blocks, 3,000
+characters a section, 10 fields, 75 a button label) hold whatever the run produced: long texts
+are cut with an ellipsis, surplus rules summarised.
+
+Numbers that agree: every mIoU says which pairs it was scored on, and a change is always the
+gate's, against the accepted model scored on the same pairs (`GateVerdict.compared_on`; the
+subject shortens it to "40 trusted pairs"). The run's whole validation split grows with new data
+and the run summary holds no accepted model's score on it, so its mIoU is shown, named as such,
+without a change.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel
 
 from functions.common import rules
 from functions.common.prices import estimated_cost
-from functions.common.summary import RunSummary
+from functions.common.summary import GateVerdict, RunSummary
 from functions.notify.links import RunLinks
+from functions.notify.new_data import Entry, entries
 
 SUBJECT_LIMIT = 100  # SNS refuses longer subjects
 CAUSE_LINES = 8
@@ -27,8 +36,10 @@ FIELD_LIMIT = 2000
 HEADER_LIMIT = 150
 BUTTON_LIMIT = 75
 MAX_RULE_SECTIONS = 10
-MAX_IMPACT_LINES = 8  # batches whose impact a message lists (the report has them all)
-MOVED = 0.01  # a class moved on a batch when its IoU changed by at least this
+MAX_DATA_SECTIONS = 6  # Slack sections the new data may take (each packs whole entries)
+# How gate.py's `compared_on` names a trusted set ("both scored on 40 trusted validation pairs of
+# 3 batches"): read only from summaries written before the gate recorded `trusted_pairs`.
+TRUSTED_PAIRS = re.compile(r"(\d+) trusted validation pairs")
 
 HEADLINES = {
     "accepted": "Retraining accepted",
@@ -85,19 +96,23 @@ class _Facts:
         text = self.headline()
         fell = s.gate is not None and (s.gate.miou_change or 0.0) < -s.gate.miou_tolerance
         by_the_gate = self.outcome == "rejected" and not self.superseded()
-        if by_the_gate and s.gate is not None and s.gate.worse_classes and not fell:
+        if by_the_gate and s.disputed:
+            # The gate refused a run trained on both sides of a dispute: that is the news.
+            text += f": {_batches(len(s.disputed))} disputed, you decide"
+        elif by_the_gate and s.gate is not None and s.gate.worse_classes and not fell:
             # Why it was rejected, not a rise in the mean that did not save it.
             name, delta = min(s.gate.worse_classes.items(), key=lambda item: item[1])
-            text += f": {name} IoU {delta:+.3f}"
-        elif self.outcome in {"accepted", "rejected"} and s.miou is not None:
-            change = s.gate.miou_change if s.gate else None
-            miou = s.gate.miou if s.gate and s.gate.miou is not None else s.miou
-            text += f": mIoU {miou:.3f}" + (f" ({change:+.3f})" if change is not None else "")
+            text += f": {name} IoU {delta:+.3f} ({scored_on(s.gate)})"
+        elif self.outcome in {"accepted", "rejected"} and s.gate is not None and s.gate.miou is not None:
+            change = f"{s.gate.miou_change:+.3f}, " if s.gate.miou_change is not None else ""
+            text += f": mIoU {s.gate.miou:.3f} ({change}{scored_on(s.gate)})"
         if s.held:
-            text += f", {len(s.held)} batch{'es' if len(s.held) > 1 else ''} held"
+            text += f", {_batches(len(s.held))} held"
         elif self.outcome in {"failed", "stopped"} and s.failed_state:
             text += f" at {s.failed_state}"
-        return _cut(f"{text} - {s.dataset_version}", SUBJECT_LIMIT)
+        # The dataset version only if it fits whole: the outcome and its numbers come first.
+        versioned = f"{text} - {s.dataset_version}"
+        return versioned if len(versioned) <= SUBJECT_LIMIT else _cut(text, SUBJECT_LIMIT)
 
     def data(self) -> str:
         s = self.s
@@ -130,49 +145,41 @@ class _Facts:
         )
 
     def quality(self) -> str | None:
-        s = self.s
-        if s.miou is None:
+        """The gate's mIoU, its change against the accepted model, and the pairs both were scored on."""
+        s, gate = self.s, self.s.gate
+        miou = gate.miou if gate is not None and gate.miou is not None else s.miou
+        if miou is None:
             return None
-        text = f"{s.miou:.3f}"
-        gate = s.gate
         if gate is not None and gate.baseline_miou is not None and gate.miou_change is not None:
-            text += f" ({gate.miou_change:+.3f} against the accepted model's {gate.baseline_miou:.3f})"
-        elif s.baseline_run is None:
-            text += " (the first model: nothing to compare with)"
-        return text
+            on = gate.compared_on or "the pairs both were scored on were not recorded"
+            return f"{miou:.3f} ({gate.miou_change:+.3f} against the accepted model's {gate.baseline_miou:.3f}; {on})"
+        text = f"{miou:.3f} on this run's validation split"
+        if s.baseline_run is None:
+            return text + " (the first model: nothing to compare with)"
+        return text + " (not compared with the accepted model: see the quality gate)"
+
+    def split_quality(self) -> str | None:
+        """The whole validation split's mIoU, where the gate compared on trusted pairs instead.
+
+        No change: it would need the accepted model's score on this same split, which the run
+        summary does not hold, and a score on an earlier split is a score on other pairs."""
+        s = self.s
+        if s.miou is None or s.gate is None or _trusted_pairs(s.gate) is None:
+            return None
+        images = f"all {s.val_images} validation images" if s.val_images else "the whole validation split"
+        return f"mIoU {s.miou:.3f} on {images}, new ones included (not compared: the gate compares on trusted pairs)"
 
     def worse(self) -> str | None:
         gate = self.s.gate
         if gate is None or not gate.worse_classes:
             return None
         ordered = sorted(gate.worse_classes.items(), key=lambda item: item[1])
-        return ", ".join(f"{name} {delta:+.3f}" for name, delta in ordered)
+        return ", ".join(f"{name} {delta:+.3f}" for name, delta in ordered) + f" ({scored_on(gate)})"
 
-    def new_data(self) -> list[str]:
-        """What screening held (with where to look and how to release it), each drop's impact,
-        and the batches that earned trust."""
-        s, lines = self.s, []
+    def new_data(self) -> list[Entry]:
+        """What screening decided about each new batch, worst first (`new_data.py`)."""
         pictures = f"{self.links.report.url}#new-data" if self.links.report else None
-        for batch, reasons in s.held.items():
-            lines.append(f"{batch}: HELD, left out of this run and of every later dataset version")
-            lines += [f"    {reason}" for reason in reasons[:3]]
-            if pictures:
-                lines.append(f"    its worst pairs, pictured: {pictures}")
-            lines.append(f"    labels right after all? `retrain data release {batch}`")
-        if s.screening is not None and not s.screening.screened:
-            lines.append(f"Not screened: {s.screening.why}")
-        for batch, scores in list(s.batch_scores.items())[:MAX_IMPACT_LINES]:
-            if scores.held or scores.candidate is None:
-                continue
-            line = f"{batch} ({scores.trust}, {scores.val_pairs} validation pairs): mIoU {scores.candidate.miou:.3f}"
-            if scores.accepted is not None:
-                line += f" against the accepted model's {scores.accepted.miou:.3f}"
-                moved = _moved(scores.candidate.per_class_iou, scores.accepted.per_class_iou)
-                line += f"; {moved}" if moved else ""
-            lines.append(line)
-        if s.newly_trusted:
-            lines.append(f"Now trusted (the next gate judges on their validation pairs): {', '.join(s.newly_trusted)}")
-        return lines
+        return entries(self.s, pictures)
 
     def verdict(self) -> list[str]:
         gate = self.s.gate
@@ -226,6 +233,7 @@ class _Facts:
             ("Instances", self.instances()),
             ("Cost", self.cost()),
             ("mIoU", self.quality()),
+            ("Validation split", self.split_quality()),
             ("Got worse", self.worse()),
         ]
         lines = [f"{self.headline()}.", ""]
@@ -235,7 +243,7 @@ class _Facts:
             lines += [f"  - {reason}" for reason in self.verdict()]
         if self.new_data():
             lines += ["", "New data:"]
-            lines += [f"  {line}" for line in self.new_data()]
+            lines += [f"  {line}" for entry in self.new_data() for line in entry]
         if self.issues():
             lines += ["", "Profiler rules that found issues:"]
             lines += [f"  - {name}: {advice}" for name, advice in self.issues()]
@@ -266,6 +274,7 @@ class _Facts:
             ("Instances", self.instances()),
             ("Estimated cost", self.cost()),
             ("mIoU", self.quality()),
+            ("Validation split", self.split_quality()),
             ("Got worse", self.worse()),
         ]
         shown = [_mrkdwn(f"*{label}*\n{value}", FIELD_LIMIT) for label, value in fields if value][:10]
@@ -273,8 +282,10 @@ class _Facts:
         if self.verdict():
             text = f"*Quality gate: {self.gate_word()}*\n" + "\n".join(f"• {reason}" for reason in self.verdict())
             blocks.append({"type": "section", "text": _mrkdwn(text)})
-        if self.new_data():
-            blocks.append({"type": "section", "text": _mrkdwn("*New data*\n" + "\n".join(self.new_data()))})
+        sections = _packed(["*New data*"], self.new_data(), SECTION_LIMIT)
+        blocks += [{"type": "section", "text": _mrkdwn(text)} for text in sections[:MAX_DATA_SECTIONS]]
+        if len(sections) > MAX_DATA_SECTIONS:
+            blocks.append({"type": "section", "text": _mrkdwn("... more new data in the e-mail and the run's summary")})
         failure = self.failure()
         if failure is not None:
             state, error, cause = failure
@@ -307,15 +318,44 @@ class _Facts:
         return {"text": self.subject(), "blocks": blocks}
 
 
-def _moved(new: dict[str, float | None], old: dict[str, float | None]) -> str:
-    """'road +0.052, sky -0.031': the classes whose IoU moved by 0.01 or more, largest first."""
-    changes = [
-        (name, value - before)
-        for name, value in new.items()
-        if value is not None and (before := old.get(name)) is not None
-    ]
-    changes = sorted((c for c in changes if abs(c[1]) >= MOVED), key=lambda c: -abs(c[1]))
-    return ", ".join(f"{name} {delta:+.3f}" for name, delta in changes[:4])
+def scored_on(gate: GateVerdict) -> str:
+    """The gate's pairs, short enough for a subject: "40 trusted pairs", or the split."""
+    on = gate.compared_on or ""
+    if (pairs := _trusted_pairs(gate)) is not None:
+        return f"{pairs} trusted pairs"
+    if "earlier validation split" in on:
+        # The accepted model's recorded score: other pairs than this run's, and said so.
+        return "validation split, vs a score on an earlier one"
+    if not on and gate.baseline_miou is not None:
+        return "pairs not recorded"  # a summary from before the gate named its pairs
+    # Compared on the split, or not compared at all (the first model, a refusal): the gate's
+    # mIoU is then the run's own, on its validation split.
+    return "validation split"
+
+
+def _trusted_pairs(gate: GateVerdict) -> int | None:
+    if gate.trusted_pairs is not None:
+        return gate.trusted_pairs
+    found = TRUSTED_PAIRS.search(gate.compared_on or "")
+    return int(found[1]) if found else None
+
+
+def _packed(head: list[str], found: list[Entry], limit: int) -> list[str]:
+    """Whole entries packed into texts of at most `limit` characters (one longer entry is cut)."""
+    texts: list[str] = []
+    current, filled = list(head), False
+    for entry in found:
+        if filled and len("\n".join([*current, *entry])) > limit:
+            texts.append("\n".join(current))
+            current = []
+        current, filled = [*current, *entry], True
+    if found:
+        texts.append("\n".join(current))
+    return texts
+
+
+def _batches(count: int) -> str:
+    return f"{count} batch{'' if count == 1 else 'es'}"
 
 
 def _mrkdwn(text: str, limit: int = SECTION_LIMIT) -> dict[str, str]:

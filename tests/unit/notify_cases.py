@@ -1,9 +1,15 @@
-"""Run summaries a team is told about, one per kind of ending, with the links a message carries."""
+"""Run summaries a team is told about, one per kind of ending, with the links a message carries.
+
+The gate compares the candidate with the accepted model on trusted pairs; the run's whole
+validation split (new pairs included) scores lower, as a harder drop joins it: a message that put
+the split's mIoU beside the gate's change would be two numbers that do not agree.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from functions.common.contracts import ScreenedBatchSummary, ScreeningSummary
 from functions.common.summary import GateVerdict, JobSummary, RuleVerdict, RunArtifacts, RunSummary
 from functions.notify.links import ReportLink, RunLinks, run_links
 
@@ -15,6 +21,9 @@ RUN = "ds-20261203-091500-4f1c2a9b"
 JOB = f"retrain-{RUN}-52c840ad"
 EXECUTION = f"arn:aws:states:{REGION}:111122223333:execution:retrain-retrain:{RUN}"
 CLASSES = ("road", "sidewalk", "building", "vegetation", "sky", "person", "car")
+# What gate.py says it compared on, when the version had trusted pairs.
+TRUSTED = "both scored on 120 trusted validation pairs of 3 batches"
+SPLIT_MIOU = 0.6905  # the candidate on its whole validation split, new pairs included
 
 
 def _artifacts(*, report: bool = True) -> RunArtifacts:
@@ -58,7 +67,7 @@ def _base(**changes: object) -> RunSummary:
         finished_at=FINISHED,
         duration_seconds=(FINISHED - STARTED).total_seconds(),
         job=_job(),
-        miou=0.7184,
+        miou=SPLIT_MIOU,
         per_class_iou=dict.fromkeys(CLASSES, 0.7),
         train_images=11232,
         val_images=1248,
@@ -78,8 +87,7 @@ def accepted() -> RunSummary:
         gate=GateVerdict(
             accepted=True,
             reasons=[
-                "mIoU 0.718, up 0.016 on the accepted model's 0.702 (both scored on 120 trusted validation "
-                "pairs of 3 batches); no class fell by more than 0.050"
+                f"mIoU 0.718, up 0.016 on the accepted model's 0.702 ({TRUSTED}); no class fell by more than 0.050"
             ],
             miou=0.7184,
             baseline_miou=0.7021,
@@ -87,6 +95,7 @@ def accepted() -> RunSummary:
             worse_classes={"person": -0.012},
             miou_tolerance=0.01,
             class_tolerance=0.05,
+            compared_on=TRUSTED,
         )
     )
 
@@ -94,14 +103,13 @@ def accepted() -> RunSummary:
 def rejected() -> RunSummary:
     return _base(
         outcome="rejected",
-        miou=0.6812,
+        miou=0.6544,
         gate=GateVerdict(
             accepted=False,
             reasons=[
                 "mIoU fell to 0.681 from the accepted model's 0.702, by 0.021: more than the 0.010 allowed "
-                "(both scored on 120 trusted validation pairs of 3 batches)",
-                "person IoU fell by 0.083: more than the 0.050 allowed (both scored on 120 trusted validation "
-                "pairs of 3 batches)",
+                f"({TRUSTED})",
+                f"person IoU fell by 0.083: more than the 0.050 allowed ({TRUSTED})",
             ],
             miou=0.6812,
             baseline_miou=0.7021,
@@ -109,6 +117,7 @@ def rejected() -> RunSummary:
             worse_classes={"person": -0.083, "car": -0.021},
             miou_tolerance=0.01,
             class_tolerance=0.05,
+            compared_on=TRUSTED,
         ),
     )
 
@@ -259,13 +268,86 @@ def with_a_held_batch() -> RunSummary:
             },
             "batch_scores": scores,
             "newly_trusted": ["team-c-night"],
+            "trusted_pairs": {"team-c-night": 31},
             "screening": {"screened": True, "held": ["team-b"]},
         }
     )
 
 
+def _screened(team: str, pairs: int, judged: int, contradicted: int, verdict: str) -> ScreenedBatchSummary:
+    return ScreenedBatchSummary(
+        team=team, pair_count=pairs, judged=judged, contradicted=contradicted, verdict=verdict, held=verdict == "held"
+    )
+
+
+def with_pairs_left_out() -> RunSummary:
+    """An independent model screened three drops: Munich's has 12 pairs it contradicts (left out for
+    the team to fix, the rest trained on), Berlin's fog scenes it cannot judge, Hamburg's passed."""
+    return accepted().model_copy(
+        update={
+            "new_batches": ["munich-2026-12-01", "berlin-fog-03", "hamburg-2026-12-02"],
+            "screening": ScreeningSummary(
+                screened=True,
+                calibration="independent",
+                left_out=12,
+                batches={
+                    "munich-2026-12-01": _screened("munich", 240, 236, 12, "pairs left out"),
+                    "berlin-fog-03": _screened("berlin", 80, 9, 0, "not judged"),
+                    "hamburg-2026-12-02": _screened("hamburg", 150, 148, 1, "pairs left out"),
+                },
+            ),
+            "left_out": {"munich-2026-12-01": 12, "hamburg-2026-12-02": 1},
+            "not_judged": ["berlin-fog-03"],
+            "newly_trusted": ["hamburg-2026-12-02", "munich-2026-12-01"],
+            "trusted_pairs": {"munich-2026-12-01": 224, "hamburg-2026-12-02": 147},
+        }
+    )
+
+
+DISPUTE = (  # as trainer/screening/verdicts.py words it
+    "disputed: it contradicts the provisional model trained on munich-2026-12-01 wholesale, and no independent "
+    "labels say which is right: trained on, not trusted. Decide: name a benchmark of labels checked by hand "
+    "(`retrain data benchmark`), or hold the wrong side (`retrain data hold`)"
+)
+
+
+def with_a_dispute() -> RunSummary:
+    """The second drop ever: the provisional model (Munich's labels only) contradicts Hamburg's drop
+    wholesale. Nobody checked either side: the run trained on both, and the gate accepts neither."""
+    return _base(
+        outcome="rejected",
+        new_batches=["hamburg-2026-12-02"],
+        gate=GateVerdict(
+            accepted=False,
+            reasons=[
+                "trained on both sides of a dispute (hamburg-2026-12-02 against the model's own data): a model of "
+                "two contradicting label sets is neither's; decide which is right first"
+            ],
+            miou=SPLIT_MIOU,
+            miou_tolerance=0.01,
+            class_tolerance=0.05,
+        ),
+        screening=ScreeningSummary(
+            screened=True,
+            calibration="provisional",
+            disputed=["hamburg-2026-12-02"],
+            batches={"hamburg-2026-12-02": _screened("hamburg", 150, 148, 105, "disputed")},
+        ),
+        disputed={
+            "hamburg-2026-12-02": [
+                DISPUTE,
+                "labelled sidewalk where the model sees road: 64 % of the road pixels the model sees",
+                "105 of its 148 judged pairs contradict the accepted model beyond its usual confusions (71 %; held "
+                "from 15 %)",
+            ]
+        },
+    )
+
+
 CASES = {
     "with_a_held_batch": with_a_held_batch,
+    "with_pairs_left_out": with_pairs_left_out,
+    "with_a_dispute": with_a_dispute,
     "accepted": accepted,
     "rejected": rejected,
     "rules_with_issues": with_rule_issues,
