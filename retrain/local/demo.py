@@ -391,11 +391,20 @@ class Demo:
             self.console.print(f"  label screening: {screening.why} (every batch is trained on)")
             return
         self.console.print(
-            f"  label screening: {len(screening.held)} batch(es) held: {', '.join(screening.held) or 'none'}"
+            f"  label screening ({screening.calibration or 'calibrated'}): every new pair judged; "
+            f"{len(screening.held)} batch(es) held, {screening.left_out} pair(s) left out"
         )
         for batch, reasons in summary.held.items():
             self.console.print(f"    [yellow]{batch}[/yellow]: {reasons[0] if reasons else 'held'}", soft_wrap=True)
-            self.console.print(f"      let it in if its labels are right: retrain data release {batch}")
+            self.console.print(f'      let it in if its labels are right: retrain data release {batch} --reason "..."')
+        for batch, count in summary.left_out.items():
+            self.console.print(
+                f"    {batch}: {count} pair(s) to fix: reports/batches/{batch}/report.md", soft_wrap=True
+            )
+        for batch, reasons in summary.disputed.items():
+            self.console.print(f"    [yellow]{batch}[/yellow]: {reasons[0] if reasons else 'disputed'}", soft_wrap=True)
+        for batch in summary.not_judged:
+            self.console.print(f"    {batch}: not judged (scenes the model does not know): trained on, not trusted")
 
     def _summary(self, run: str) -> RunSummary | None:
         document = self._wait_json(prefixes.summary_keys(run), lambda doc: True, timeout=10)
