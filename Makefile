@@ -34,7 +34,7 @@ IMAGE_TORCH_STAMP := $(IMAGE_TORCH)/.installed
 IMAGE_TORCH_TESTS := tests/trainer tests/unit/test_declared_dependencies.py
 
 .DEFAULT_GOAL := help
-.PHONY: help venv tools run test test-slow test-all test-sdk-parity test-trainer-image-torch lint format typecheck pr bench stress-teardown statemachine validate-template sam-build package-trainer upload-trainer deploy lock clean
+.PHONY: help venv tools run test test-slow test-all test-sdk-parity test-trainer-image-torch lint format typecheck pr bench bench-screening stress-teardown statemachine validate-template sam-build package-trainer upload-trainer deploy lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-25s %s\n", $$1, $$2}'
@@ -89,6 +89,10 @@ pr: lint typecheck validate-template sam-build test test-slow test-trainer-image
 
 bench: $(STAMP) ## Run the ratio benchmarks (prints name: value lines)
 	@for bench in benchmarks/bench_*.py; do echo "# $$bench"; $(BIN)/python $$bench || exit 1; done
+
+# The screen's precision and recall per kind of label error (trains its fixed model once, ~6 min).
+bench-screening: $(STAMP) ## How well the screen sees: synthetic label errors, held share, precision and recall
+	$(BIN)/python benchmarks/bench_screening_quality.py
 
 stress-teardown: $(STAMP) ## 100 two-process trainings and 100 SIGTERM-then-resume pairs: none may abort at exit
 	$(BIN)/python benchmarks/stress_teardown.py

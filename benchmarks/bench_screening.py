@@ -2,10 +2,11 @@
 
     .venv/bin/python benchmarks/bench_screening.py [--pairs 48] [--size 512x256] [--width 0.5]
 
-The first phase of a run with an accepted model (`trainer/screening/phase.py`) runs the model over every
-pair of the version's new batches, twice over up to 64 trusted pairs for the thresholds and the
-reference share, and once over the new ones. Measured side by side in one run, on the same
-synthetic scenes (`retrain.synth`), the same model and this machine's CPU:
+The first phase of a run with an accepted model (`trainer/screening/phase.py`) runs the model once
+over up to 64 trusted validation pairs (the calibration: thresholds, competence, usual confusions,
+the scenes it knows) and once over every new pair, fed by the loader's workers as training is.
+Measured side by side in one run, on the same synthetic scenes (`retrain.synth`), the same model
+and this machine's CPU:
 
 - `screening_seconds_per_pair`: the whole phase (calibration included, pictures excluded) over
   `--pairs` new pairs, with a quarter as many trusted pairs, per new pair;
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from retrain.synth import default_version, write_scenes  # noqa: E402
 from trainer.data import SegmentationDataset, parse_size, read_manifest, to_device  # noqa: E402
 from trainer.model import BiSeNetV2, SegmentationLoss  # noqa: E402
-from trainer.screening.phase import Screener, Settings, screen_version  # noqa: E402
+from trainer.screening.phase import Basis, Screener, Settings, screen_version  # noqa: E402
 from trainer.train import CITYSCAPES_CLASSES  # noqa: E402
 
 
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=48)
     parser.add_argument("--size", default="512x256")
     parser.add_argument("--width", type=float, default=0.5)
+    parser.add_argument("--workers", type=int, default=0, help="loader workers for screening, as training uses")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     classes = CITYSCAPES_CLASSES.split(",")
@@ -54,9 +56,9 @@ def main() -> None:
         write_scenes(root, count=count, size=size, seed=7)
         entries = read_manifest(root / "manifests" / f"{default_version(7, count, size)}.jsonl")
         entries = [
-            dataclasses.replace(
-                entry, batch="old" if i < trusted_count else "drop", trust="trusted" if i < trusted_count else "new"
-            )
+            dataclasses.replace(entry, batch="old", trust="trusted", split="val")
+            if i < trusted_count
+            else dataclasses.replace(entry, batch="drop", trust="new")
             for i, entry in enumerate(entries)
         ]
         new = [entry for entry in entries if entry.trust == "new"]
@@ -82,12 +84,13 @@ def main() -> None:
         dataset = SegmentationDataset(root, entries)
         started = time.perf_counter()
         screening = screen_version(
-            Screener(accepted, torch.device("cpu"), Settings.scale),
+            Screener(accepted, torch.device("cpu"), Settings.scale, workers=args.workers),
             dataset,
             entries,
             classes,
-            Settings(),
+            Settings(workers=args.workers),
             model_name="bench",
+            basis=Basis(),
         )
         screening_seconds = time.perf_counter() - started
 
@@ -95,7 +98,7 @@ def main() -> None:
     print(f"screening_seconds_per_pair: {screening_seconds / args.pairs:.4f}")
     print(f"training_seconds_per_pair: {training / args.pairs:.4f}")
     print(f"screening_vs_training_ratio: {screening_seconds / training:.3f}")
-    assert screening.batches["drop"]["pairs"] == args.pairs
+    assert screening.batches["drop"]["pair_count"] == args.pairs
 
 
 if __name__ == "__main__":
