@@ -27,36 +27,31 @@ from pathlib import Path
 import pytest
 
 from functions.common.contracts import MetricsFile, parse_manifest
-from retrain.local.cloudformation.stack import OfflineStack, StackOptions
-from tests.integration.conftest import DATA, TRAINING
+from retrain.local.cloudformation.stack import OfflineStack
 from tests.integration.data_drops import audit
-from tests.integration.trust_drops import drop, fetch, next_run, read, screening_of, summary_of
+from tests.integration.trust_drops import (
+    SWAP,
+    drop,
+    fetch,
+    later_runs,
+    next_run,
+    read,
+    screening_of,
+    summary_of,
+    trust_stack,
+)
 
 # Three trainings (one of 30 epochs on 192x96 scenes), screening and evaluation: about 220 s on 2 cores.
 pytestmark = pytest.mark.slow(seconds=220)
 
 SIZE = (192, 96)
-SWAP = {"road": "sky", "sky": "road", "building": "vegetation", "vegetation": "building"}
-FIRST_RUN = {"workers": 0, "lr": 0.05, "log-every": 0, "checkpoint-every-seconds": 0, "class-weighting": "balanced"}
-LATER_RUNS = {**FIRST_RUN, "epochs": 2}
-PARAMETERS = {
-    **DATA,
-    **TRAINING,
-    "TrainingEpochs": "30",
-    "TrainingBatchSize": "8",
-    "TrainingCrop": f"{SIZE[0]}x{SIZE[1]}",
-    "TrainingExtraHyperparameters": json.dumps(FIRST_RUN),
-    "GateMiouTolerance": "0.1",
-    "GateClassTolerance": "0.3",
-}
 PICTURES = re.compile(r"its worst pairs, pictured: (\S+)")
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[OfflineStack]:
-    """On a loopback server, as `retrain local up` runs it: the links in messages are real URLs."""
-    options = StackOptions(mode="server", parameters=PARAMETERS, poll=False, tick=False, batching_window_seconds=0)
-    with OfflineStack(options) as offline:
+    # A first model that sees people well enough to be allowed to judge them (`Rule.competence`).
+    with trust_stack(SIZE, 30, **{"class-weighting": "balanced"}) as offline:
         yield offline
 
 
@@ -72,7 +67,7 @@ def test_erased_people_hold_the_batch_its_swapped_pairs_top_the_relabel_list_and
     assert first.outcome == "accepted"
     assert first.screening is not None and not first.screening.screened
     assert first.newly_trusted == [], "being first earns no trust"
-    stack.update_function_environment("TrainingJobFunction", TRAINING_EXTRA_HYPERPARAMETERS=json.dumps(LATER_RUNS))
+    later_runs(stack, 2, **{"class-weighting": "balanced"})
 
     # Team berlin: nobody labelled people, and 8 masks carry the wrong class map.
     swapped = drop(

@@ -22,35 +22,20 @@ from pathlib import Path
 import pytest
 
 from functions.common.contracts import MetricsFile
-from retrain.local.cloudformation.stack import OfflineStack, StackOptions
-from tests.integration.conftest import DATA, TRAINING
+from retrain.local.cloudformation.stack import OfflineStack
 from tests.integration.data_drops import audit
 from tests.integration.test_data_operations import cli
-from tests.integration.trust_drops import drop, next_run, read, screening_of, summary_of
+from tests.integration.trust_drops import SWAP, drop, later_runs, next_run, read, screening_of, summary_of, trust_stack
 
 # Three trainings (the first of ten epochs), screening and evaluation: about 100 s on 2 cores.
 pytestmark = pytest.mark.slow(seconds=100)
 
 SIZE = (128, 64)
-SWAP = {"road": "sky", "sky": "road", "building": "vegetation", "vegetation": "building"}
-FIRST_RUN = {"workers": 0, "lr": 0.05, "log-every": 0, "checkpoint-every-seconds": 0}
-LATER_RUNS = {**FIRST_RUN, "epochs": 3}
-PARAMETERS = {
-    **DATA,
-    **TRAINING,
-    "TrainingEpochs": "10",
-    "TrainingBatchSize": "8",
-    "TrainingCrop": f"{SIZE[0]}x{SIZE[1]}",
-    "TrainingExtraHyperparameters": json.dumps(FIRST_RUN),
-    "GateMiouTolerance": "0.1",
-    "GateClassTolerance": "0.3",
-}
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[OfflineStack]:
-    options = StackOptions(mode="server", parameters=PARAMETERS, poll=False, tick=False, batching_window_seconds=0)
-    with OfflineStack(options) as offline:
+    with trust_stack(SIZE, 10) as offline:
         yield offline
 
 
@@ -63,7 +48,7 @@ def test_a_swapped_first_drop_never_becomes_the_trusted_set_and_two_correct_team
     drop(stack, tmp_path, "munich-01", [{"count": 96, "seed": 1, "class_map": SWAP}], size=SIZE)
     first = summary_of(stack, next_run(stack)["name"])
     assert first.outcome == "accepted" and first.newly_trusted == [], "being first earns no trust"
-    stack.update_function_environment("TrainingJobFunction", TRAINING_EXTRA_HYPERPARAMETERS=json.dumps(LATER_RUNS))
+    later_runs(stack, 3)
 
     # Team berlin's correct drop: the provisional model contradicts it wholesale. Disputed, not held.
     drop(stack, tmp_path, "berlin-01", [{"count": 32, "seed": 2}], size=SIZE)

@@ -6,13 +6,45 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from functions.common.summary import RunSummary
-from retrain.local.cloudformation.stack import OfflineStack
+from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from retrain.synth import write_scenes
+from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import drain, executions, upload, wait_until
+
+SWAP = {"road": "sky", "sky": "road", "building": "vegetation", "vegetation": "building"}
+HYPERPARAMETERS = {"workers": 0, "lr": 0.05, "log-every": 0, "checkpoint-every-seconds": 0}
+
+
+@contextmanager
+def trust_stack(size: tuple[int, int], first_epochs: int, **hyperparameters: object) -> Iterator[OfflineStack]:
+    """On a loopback server, as `retrain local up` runs it (the links in messages are real URLs),
+    with a first run of `first_epochs` on scenes of `size`. The gate's tolerances are loose: these
+    tests are about which pairs are judged, not by how much a model of seconds moves."""
+    parameters = {
+        **DATA,
+        **TRAINING,
+        "TrainingEpochs": str(first_epochs),
+        "TrainingBatchSize": "8",
+        "TrainingCrop": f"{size[0]}x{size[1]}",
+        "TrainingExtraHyperparameters": json.dumps({**HYPERPARAMETERS, **hyperparameters}),
+        "GateMiouTolerance": "0.1",
+        "GateClassTolerance": "0.3",
+    }
+    options = StackOptions(mode="server", parameters=parameters, poll=False, tick=False, batching_window_seconds=0)
+    with OfflineStack(options) as offline:
+        yield offline
+
+
+def later_runs(stack: OfflineStack, epochs: int, **hyperparameters: object) -> None:
+    """The runs after the first train for `epochs` (warm-started from the accepted model)."""
+    extra = json.dumps({**HYPERPARAMETERS, **hyperparameters, "epochs": epochs})
+    stack.update_function_environment("TrainingJobFunction", TRAINING_EXTRA_HYPERPARAMETERS=extra)
 
 
 def drop(

@@ -455,30 +455,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with an accepted model, judge every new pair first; leave out or hold what it contradicts",
     )
     rule = Rule()
-    group.add_argument(
-        "--screen-batch-margin",
-        type=float,
-        default=rule.batch_margin,
-        help="hold a batch when this share of its judged pairs is contradicted",
-    )
-    group.add_argument(
-        "--screen-class-margin",
-        type=float,
-        default=rule.class_margin,
-        help="hold a batch that labels a class otherwise this much beyond the model's usual confusions",
-    )
-    group.add_argument(
-        "--screen-pair-margin",
-        type=float,
-        default=rule.pair_margin,
-        help="the least share of a pair's pixels beyond the usual confusions that contradicts it",
-    )
-    group.add_argument(
-        "--screen-competence",
-        type=float,
-        default=rule.competence,
-        help="judge a class only where the model's IoU on calibration labels reaches this",
-    )
+    # The rule's settings a deployment may tune, each from `Rule`'s default.
+    for flag, default, meaning in (
+        (
+            "--screen-batch-margin",
+            rule.batch_margin,
+            "hold a batch when this share of its judged pairs is contradicted",
+        ),
+        (
+            "--screen-class-margin",
+            rule.class_margin,
+            "hold a batch that labels a class otherwise this much beyond usual",
+        ),
+        (
+            "--screen-pair-margin",
+            rule.pair_margin,
+            "the least share of a pair's pixels beyond usual that contradicts it",
+        ),
+        ("--screen-competence", rule.competence, "judge a class only where the calibration IoU reaches this"),
+    ):
+        group.add_argument(flag, type=float, default=default, help=meaning)
     group.add_argument("--screening-scale", type=float, default=Settings.scale, help="the scale the model screens at")
 
 
