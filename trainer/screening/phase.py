@@ -50,7 +50,15 @@ from trainer.screening.rule import (
     merge,
     top_confusion,
 )
-from trainer.screening.verdicts import INDEPENDENT, PROVISIONAL, BatchCase, Decisions, decide, summary_counts
+from trainer.screening.verdicts import (
+    INDEPENDENT,
+    PROVISIONAL,
+    BatchCase,
+    Decision,
+    Decisions,
+    decide,
+    summary_counts,
+)
 
 log = logging.getLogger("trainer")
 
@@ -334,39 +342,18 @@ def screen_version(
         judged_batches[name] = judged_now
     decisions = decide(cases, kind, basis.teams, sorted(basis.batches & {e.batch for e in entries}), rule)
 
-    batches: dict[str, dict[str, Any]] = {}
-    for name in sorted(decisions.batches):
-        indices = by_batch.get(name, [])
-        judgement = judged_batches.get(name)
-        decision = decisions.batches[name]
-        pairs = []
-        for position, index in enumerate(indices):
-            entry, counts = entries[index], counted[index]
-            pairs.append(_pair_record(entry, counts, calibration, rule, classes, position, decision, judgement))
-        if decision.held:
-            # An outvoted batch's pairs the model trained on are held too (they were never screened).
-            listed = {p["image"] for p in pairs}
-            pairs += [
-                _unjudged_record(entry, "held")
-                for entry in entries
-                if entry.batch == name and entry.trust == NEW and entry.image not in listed
-            ]
-        pairs.sort(key=lambda p: (-p["excess"], p["quality"]))
-        batches[name] = {
-            "team": team_of(entries[indices[0]]) if indices else name.split("-", 1)[0],
-            "pairs": len(indices),
-            "judged": judgement.judged if judgement else 0,
-            "contradicted": len(judgement.contradicted) if judgement else 0,
-            "share": round(judgement.contradicted_share, 4) if judgement else 0.0,
-            "verdict": decision.verdict,
-            "held": decision.held,
-            "independent": decision.independent,
-            "findings": [f.to_json() for f in judgement.findings] if judgement else [],
-            "reasons": decision.reasons,
-            "pairs_list": pairs,
-        }
-    for batch in batches.values():
-        batch["pairs"], batch["pair_count"] = batch.pop("pairs_list"), batch["pairs"]
+    batches = {
+        name: _batch_record(
+            [entry for entry in entries if entry.batch == name],
+            [(entries[i], counted[i]) for i in by_batch.get(name, [])],
+            decisions.batches[name],
+            judged_batches.get(name),
+            calibration,
+            rule,
+            classes,
+        )
+        for name in sorted(decisions.batches)
+    }
     return Screening(
         model=model_name,
         calibration_kind=kind,
@@ -381,46 +368,64 @@ def screen_version(
     )
 
 
-def _pair_record(  # noqa: PLR0917  # one pair's facts, all of them needed
-    entry: Entry,
-    counts: PairCounts,
+def _batch_record(  # noqa: PLR0917  # one batch's facts, all of them needed
+    members: Sequence[Entry],
+    screened: Sequence[tuple[Entry, PairCounts]],
+    decision: Decision,
+    judgement: BatchJudgement | None,
     calibration: Calibration,
     rule: Rule,
     classes: Sequence[str],
-    position: int,
-    decision: Any,
-    judgement: Any,
 ) -> dict[str, Any]:
-    judged = calibration.pair_is_judged(counts, rule)
-    contradicted = judgement is not None and position in judgement.contradicted
-    if entry.trust == RELEASED:
-        verdict = "released"
-    elif decision.held:
-        verdict = "held"
-    elif position in decision.left_out:
-        verdict = "left out"
-    elif not judged:
-        verdict = "not judged"
-    else:
-        verdict = "passed"
+    """`screening.json`'s record of one batch: its verdict, why, and every pair worst first."""
+    pairs = [
+        _pair_record(
+            entry,
+            counts,
+            _pair_verdict(entry, counts, position, decision=decision, calibration=calibration, rule=rule),
+        )
+        | {
+            "contradicted": judgement is not None and position in judgement.contradicted,
+            "confusion": top_confusion(counts, calibration, classes),
+            "excess": round(counts.excess(calibration.usual), 4),
+        }
+        for position, (entry, counts) in enumerate(screened)
+    ]
+    if decision.held:
+        # An outvoted batch's pairs the judging model trained on are held too (it never judged them).
+        listed = {p["image"] for p in pairs}
+        pairs += [_pair_record(e, None, "held") for e in members if e.trust == NEW and e.image not in listed]
+    pairs.sort(key=lambda p: (-p["excess"], p["quality"]))
     return {
-        "image": entry.image,
-        "label": entry.label,
-        "image_sha256": entry.image_sha256,
-        "label_sha256": entry.label_sha256,
-        "split": entry.split,
-        "trust": entry.trust,
-        "verdict": verdict,
-        "contradicted": contradicted,
-        "excess": round(counts.excess(calibration.usual), 4),
-        "coverage": round(counts.coverage, 4),
-        "familiar": counts.familiar,
-        "quality": round(counts.quality, 4),
-        "confusion": top_confusion(counts, calibration, classes),
+        "team": team_of(members[0]),
+        "pair_count": len(screened),
+        "judged": judgement.judged if judgement else 0,
+        "contradicted": len(judgement.contradicted) if judgement else 0,
+        "share": round(judgement.contradicted_share, 4) if judgement else 0.0,
+        "verdict": decision.verdict,
+        "held": decision.held,
+        "independent": decision.independent,
+        "findings": [f.to_json() for f in judgement.findings] if judgement else [],
+        "reasons": decision.reasons,
+        "pairs": pairs,
     }
 
 
-def _unjudged_record(entry: Entry, verdict: str) -> dict[str, Any]:
+def _pair_verdict(
+    entry: Entry, counts: PairCounts, position: int, *, decision: Decision, calibration: Calibration, rule: Rule
+) -> str:
+    if entry.trust == RELEASED:
+        return "released"  # a person's decision stands: judged and reported, never held again
+    if decision.held:
+        return "held"
+    if position in decision.left_out:
+        return "left out"
+    return "passed" if calibration.pair_is_judged(counts, rule) else "not judged"
+
+
+def _pair_record(entry: Entry, counts: PairCounts | None, verdict: str) -> dict[str, Any]:
+    """One pair in `screening.json`: its content, verdict and what the judge made of it (`counts`
+    None: the judging model learned it, so it did not judge it)."""
     return {
         "image": entry.image,
         "label": entry.label,
@@ -431,9 +436,10 @@ def _unjudged_record(entry: Entry, verdict: str) -> dict[str, Any]:
         "verdict": verdict,
         "contradicted": False,
         "excess": 0.0,
-        "coverage": 0.0,
-        "quality": 1.0,
-        "confusion": "the judging model learned from it: not judged by it",
+        "coverage": round(counts.coverage, 4) if counts else 0.0,
+        "familiar": counts.familiar if counts else True,
+        "quality": round(counts.quality, 4) if counts else 1.0,
+        "confusion": "" if counts else "the judging model learned it: not judged by it",
     }
 
 
