@@ -67,6 +67,8 @@ NOT_REACHED = {
     ("EvaluateRunFunction", "s3:GetObject", "{bucket}/models/packages/*"): "a retry that finds its model sealed",
     ("EvaluateRunFunction", "s3:GetObject", "{bucket}/reports/failures/*"): "an earlier failed run, in the history",
     ("EvaluateRunFunction", "dynamodb:Query", "{ledger}"): "the same: the held batch's files and pairs are read",
+    # Trust is recorded from a screening's verdicts, and this run is the first: nothing judges it.
+    ("EvaluateRunFunction", "dynamodb:PutItem", "{ledger}"): "a screened run's pair verdicts (trust#<batch>)",
     ("TrainingJobFunction", "dynamodb:Query", "{ledger}/index/state"): "the safety poll (its schedule is not played)",
     ("TrainingJobFunction", "states:SendTaskFailure", "*"): "a job that failed or was stopped",
     ("TrainingJobFunction", "states:SendTaskHeartbeat", "*"): "the safety poll, for a job still running",
