@@ -230,14 +230,13 @@ class Calibration:
             "pairs": self.pairs,
             "coverage": round(self.coverage, 4),
             "pair_bar": round(self.pair_bar, 4),
-            "familiar_bar": round(self.familiarity.bar, 4) if self.familiarity is not None else None,
+            # None: every scene counts as familiar (no calibration embeddings, or too few of them).
+            "familiar_bar": _finite(self.familiarity.bar) if self.familiarity is not None else None,
             "classes": {
                 name: {
                     "judged": bool(self.judged[k]),
                     "iou": None if math.isnan(float(self.iou[k])) else round(float(self.iou[k]), 4),
-                    "threshold": None
-                    if not math.isfinite(float(self.thresholds[k]))
-                    else round(float(self.thresholds[k]), 4),
+                    "threshold": _finite(float(self.thresholds[k])),
                 }
                 for k, name in enumerate(classes)
             },
@@ -316,6 +315,11 @@ def calibrate(
         pairs=len(counted),
         familiarity=Familiarity.fit(embeddings, rule) if embeddings is not None and len(embeddings) else None,
     )
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: a bar nothing reaches is written as null."""
+    return round(value, 4) if math.isfinite(value) else None
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
