@@ -51,7 +51,7 @@ venv: $(STAMP) ## Create or update the virtual environment
 run: $(STAMP) ## Run the whole loop offline (moto + real functions + state machine)
 	$(BIN)/retrain local demo
 
-# `make test` stays under 12 minutes on 2 cores: the scenarios that take longer are marked slow
+# `make test` takes about 13 minutes on 2 cores: the scenarios that take longer are marked slow
 # (each with its duration in the marker's reason) and run by `make test-slow`; CI runs both.
 test: $(STAMP) tools ## Run the tests (set-up included); the slow scenarios: make test-slow
 	$(BIN)/pytest -m "not slow"
