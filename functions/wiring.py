@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from functions.common import clients
 from functions.common.settings import LedgerSettings
 from functions.data.ledger import Ledger
+from functions.data.run_lock import Executions, RunLock
 from functions.data.storage import DataBucket
 from functions.trigger.kick import TriggerKick
 
@@ -52,6 +53,10 @@ if TYPE_CHECKING:
 # Handlers wear it as their innermost decorator: AWS still throttling or failing (5xx) after
 # botocore's retries becomes `AwsServiceBusyError`, which the state machine retries later.
 busy_is_retryable = clients.busy_is_retryable
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def ledger_and_bucket(settings: LedgerSettings, data_key_arn: str | None = None) -> tuple[Ledger, DataBucket]:
@@ -120,12 +125,9 @@ def trigger(settings: TriggerSettings) -> Trigger:
 def run_preparer(settings: PrepareRunSettings) -> RunPreparer:
     from functions.prepare_run.logic import RunLockGuard, RunPreparer
 
-    lock = RunLockGuard(
-        Ledger(clients.dynamodb(), settings.ledger_table),
-        clients.stepfunctions(),
-        settings.state_machine_arn,
-        ttl_seconds=settings.lock_ttl_seconds,
-    )
+    ledger = Ledger(clients.dynamodb(), settings.ledger_table)
+    executions = Executions(clients.stepfunctions(), settings.state_machine_arn)
+    lock = RunLockGuard(RunLock(ledger, _utc_now, executions), ttl_seconds=settings.lock_ttl_seconds)
     return RunPreparer(
         clients.s3(),
         settings.data_bucket,

@@ -198,3 +198,12 @@ class TriggerInput(BaseModel):
                 f"the trigger's input is not a schedule, kick or release: "
                 f"{exc.errors(include_url=False, include_context=False)}"
             ) from exc
+
+
+class TriggerOutcome(BaseModel):
+    """What the trigger answers: the run it started, why (not), and for a release whether this
+    call freed the holder's lock (the one caller that did tells the team how the run ended)."""
+
+    started: str | None  # the execution started, if any
+    reason: str
+    released: bool | None = None

@@ -176,9 +176,14 @@ class BatchTrust(BaseModel):
 
 
 class LockRecord(BaseModel):
+    """The run lock's item. The holder is a run's name (its execution's) or a purge's; a run's
+    dataset version is its own field: a rerun (`<version>-rerun-<time>`) trains on an older
+    version under a new name, and the name may cut the version short."""
+
     holder: str
     acquired_at: datetime
     expires_at: datetime
+    dataset_version: str | None = None  # a run's; None for a purge (and for locks written before)
 
 
 class ObjectVersion(BaseModel):

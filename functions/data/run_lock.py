@@ -1,17 +1,32 @@
-"""The run lock's one rule, for the trigger and for a run's first state (PrepareRun) alike.
+"""The run lock: one type, one rule, for everyone who takes it, holds it, frees it or asks who has it.
 
-The lock (`Ledger.lock`) names its holder: the execution of the retraining state machine it was
-taken for (named after its run), or a purge (`purge:<time>-<random>`). A run's lock is held while
-its execution is RUNNING, whatever its lease says: a run may train for up to 28 days, and taking
-its lock over because a date passed would start a second job beside it. An execution that ended
-(succeeded, failed, stopped, timed out) or does not exist (the trigger died between taking the
-lock and starting the run) holds nothing. A purge has no execution to ask: its short lease is all
-there is, held until it expires.
+The lock (`Ledger.lock`, one DynamoDB item) names its holder: the execution of the retraining
+state machine it was taken for (named after its run), or a purge (`purge:<time>-<random>`).
+
+The rule, the same for the trigger, a run's first state (PrepareRun), a purge, the trust
+commands and the run-end clean-up:
+
+- a purge holds it while its lease lasts (it has no execution to ask);
+- a run holds it while its execution is RUNNING, whatever its lease says: a run may train for up
+  to 28 days, and taking its lock over because a date passed would start a second job beside it;
+- a run whose execution does not exist yet holds it for `STARTING_RUN_SECONDS` after it was
+  taken: the trigger takes the lock a moment before it starts the execution named after it, and
+  a second trigger looking in between must not take it over; after that the trigger that took it
+  has died (no Lambda runs longer) and the lock is free;
+- an execution that ended (succeeded, failed, stopped, timed out) holds nothing.
+
+Where no Step Functions client is given (a command run without the stack's state machine), the
+lease is all there is to go by, for runs too: an unexpired lease counts as held.
+
+Freeing is by name (`release`, a conditional delete): exactly one caller frees a run's lock, and
+that caller is the one who tells the team how the run ended (`functions/run_ended/cleanup.py`).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -22,21 +37,83 @@ from functions.data.models import LockRecord
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
+# Lambda's longest timeout: no trigger that took a lock is still about to start its run after it.
+STARTING_RUN_SECONDS = 15 * 60
+
 
 def execution_arn(state_machine_arn: str, name: str) -> str:
     """The ARN of the execution `name` of a Standard state machine."""
     return f"{state_machine_arn.replace(':stateMachine:', ':execution:')}:{name}"
 
 
-def still_held(lock: LockRecord, now: datetime, sfn: SFNClient, state_machine_arn: str) -> bool:
-    """Whether `lock` keeps everyone else out now: a purge's unexpired lease, or a run whose
-    execution of `state_machine_arn` is RUNNING."""
-    if Ledger.is_purge_holder(lock.holder):
-        return now < lock.expires_at
-    try:
-        status = sfn.describe_execution(executionArn=execution_arn(state_machine_arn, lock.holder))["status"]
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
-            return False
-        raise
-    return status == "RUNNING"
+@dataclass(frozen=True)
+class Executions:
+    """The retraining state machine's executions, as the lock's rule asks about them."""
+
+    sfn: SFNClient
+    state_machine_arn: str
+
+    def status(self, name: str) -> str | None:
+        """The execution's status, or None when there is no such execution (yet)."""
+        try:
+            return self.sfn.describe_execution(executionArn=execution_arn(self.state_machine_arn, name))["status"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
+                return None
+            raise
+
+
+@dataclass(frozen=True)
+class RunLock:
+    ledger: Ledger
+    clock: Callable[[], datetime]
+    # None: the lease is all there is to go by (see the module's docstring).
+    executions: Executions | None = None
+
+    def current(self) -> LockRecord | None:
+        """The lock's record as it is, held or stale."""
+        return self.ledger.lock()
+
+    def keeps_out(self, lock: LockRecord) -> bool:
+        """Whether `lock` keeps everyone but its holder out now: the rule."""
+        now = self.clock()
+        if Ledger.is_purge_holder(lock.holder) or self.executions is None:
+            return now < lock.expires_at
+        status = self.executions.status(lock.holder)
+        if status is None:
+            return (now - lock.acquired_at).total_seconds() < STARTING_RUN_SECONDS
+        return status == "RUNNING"
+
+    def holder(self) -> LockRecord | None:
+        """Who holds the lock now; None when it is free (or held by nobody who still counts)."""
+        lock = self.current()
+        return lock if lock is not None and self.keeps_out(lock) else None
+
+    def holds(self, holder: str) -> bool:
+        """Whether the lock's record names `holder` (held or stale: what it has to free)."""
+        lock = self.current()
+        return lock is not None and lock.holder == holder
+
+    def take(
+        self, holder: str, seconds: float, *, over: LockRecord | None, dataset_version: str | None = None
+    ) -> LockRecord | None:
+        """Take the lock for `holder` (a run, on `dataset_version`) if it is still exactly as read
+        (`over`: free, or stale under the rule); None when someone else wrote it between the look
+        and this write."""
+        now = self.clock()
+        record = LockRecord(
+            holder=holder,
+            acquired_at=now,
+            expires_at=now + timedelta(seconds=seconds),
+            dataset_version=dataset_version,
+        )
+        return record if self.replace(record, over=over) else None
+
+    def replace(self, record: LockRecord, *, over: LockRecord | None) -> bool:
+        """Write `record` if the lock is still `over` (None: free): a take, or a purge renewing or
+        ending its lease under a new holder name."""
+        return self.ledger.acquire_lock(record, replacing=over)
+
+    def release(self, holder: str) -> bool:
+        """Free the lock if `holder` has it; True only for the one call that freed it."""
+        return self.ledger.release_lock(holder)

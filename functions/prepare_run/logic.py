@@ -11,9 +11,8 @@ lock as the trigger would; one that would train beside another run is refused by
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -30,42 +29,32 @@ from functions.common.requests import RunInput
 from functions.common.trainer_code import released_trainer
 from functions.data.ledger import Ledger
 from functions.data.models import LockRecord
-from functions.data.run_lock import still_held
+from functions.data.run_lock import RunLock
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_stepfunctions import SFNClient
 
 LOCK_TRIES = 3  # looks at the lock when others keep changing it between a look and a write
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
 class RunLockGuard:
     """This execution holds the run lock, or it does not run (`functions/data/run_lock.py`)."""
 
-    ledger: Ledger
-    sfn: SFNClient
-    state_machine_arn: str
+    lock: RunLock
     ttl_seconds: int
-    clock: Callable[[], datetime] = field(default=_now)
 
-    def hold(self, execution: str) -> None:
+    def hold(self, execution: str, dataset_version: str | None = None) -> None:
         """Return once `execution` holds the lock: it did already (the trigger or `retrain runs
         rerun` took it for it), or it took a free one. Raise `LockHeldByAnotherRunError` while
         another execution that is RUNNING, or a purge, holds it."""
         for _ in range(LOCK_TRIES):
-            now = self.clock()
-            lock = self.ledger.lock()
+            lock = self.lock.current()
             if lock is not None and lock.holder == execution:
                 return
-            if lock is not None and still_held(lock, now, self.sfn, self.state_machine_arn):
+            if lock is not None and self.lock.keeps_out(lock):
                 raise LockHeldByAnotherRunError(_refusal(lock, execution))
-            record = LockRecord(holder=execution, acquired_at=now, expires_at=now + timedelta(seconds=self.ttl_seconds))
-            if self.ledger.acquire_lock(record, replacing=lock):
+            if self.lock.take(execution, self.ttl_seconds, over=lock, dataset_version=dataset_version) is not None:
                 return
             # Another holder took it between our look and our write: look again.
         raise ConcurrentUpdateError(f"the run lock kept changing while execution {execution} tried to take it")
@@ -111,7 +100,7 @@ class RunPreparer:
                     "no execution name: a run's first state is passed $$.Execution.Name, the holder the "
                     "run lock must name; start runs through the state machine"
                 )
-            self.lock.hold(run.execution)
+            self.lock.hold(run.execution, run.dataset_version)
         lines = [raw for raw in manifest["Body"].iter_lines() if raw.strip()]
         images = _images(lines)
         # Fixed now: a release during the run does not change what the run trains with.

@@ -4,7 +4,7 @@ A retraining starts when closed, settled batches hold at least `min_new_pairs` c
 run has seen, or at least one such pair whose batch closed more than `max_delay_seconds` ago.
 Starting freezes a dataset version (a manifest of every curated pair of settled batches, pinned
 by S3 VersionId and sha256) and starts the state machine with the version as execution name, all
-under the run lock in DynamoDB (`functions/data/run_lock.py`). A lock whose run is not running
+under the run lock (`functions/data/run_lock.py`, its one rule). A lock whose run is not running
 (finished, killed, or never started) is taken over, so a lost run cannot block retraining
 forever; one whose run is RUNNING is not, even after its lease expired.
 
@@ -23,21 +23,21 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel
 
 from functions.common import prefixes
 from functions.common.contracts import ManifestEntry, dump_manifest, split_for, team_of
 from functions.common.errors import DatasetVersionNotFoundError
-from functions.common.requests import TriggerInput
+from functions.common.requests import TriggerInput, TriggerOutcome
 from functions.common.settings import LOCK_TTL_SECONDS
 from functions.common.taxonomy import Taxonomy
 from functions.data.ledger import Ledger
-from functions.data.models import BatchRecord, BatchTrust, LockRecord, PairRecord, PairStatus, Trust
-from functions.data.run_lock import still_held
+from functions.data.models import BatchRecord, BatchTrust, PairRecord, PairStatus, Trust
+from functions.data.run_lock import Executions, RunLock
 from functions.data.storage import DataBucket
 
 if TYPE_CHECKING:
@@ -87,12 +87,6 @@ def decide(
     )
 
 
-class TriggerOutcome(BaseModel):
-    started: str | None  # the dataset version (and execution name) started, if any
-    reason: str
-    released: bool | None = None  # for a release: whether the holder's lock was there to free
-
-
 @dataclass
 class Trigger:
     ledger: Ledger
@@ -110,8 +104,8 @@ class Trigger:
 
     def run(self) -> TriggerOutcome:
         now = self.clock()
-        lock = self.ledger.lock()
-        if lock is not None and self._holder_running(lock, now):
+        lock = self.lock.current()
+        if lock is not None and self.lock.keeps_out(lock):
             return TriggerOutcome(started=None, reason=f"a run holds the lock: {lock.holder}")
         revisions: dict[str, int] = {}
         settled: dict[str, BatchRecord] = {}
@@ -151,10 +145,7 @@ class Trigger:
                 f"(val_fraction {self.policy.val_fraction}): waiting for more data",
             )
         version = _version_name(now, entries)
-        expires = now + timedelta(seconds=self.policy.lock_ttl_seconds)
-        if not self.ledger.acquire_lock(
-            LockRecord(holder=version, acquired_at=now, expires_at=expires), replacing=lock
-        ):
+        if self.lock.take(version, self.policy.lock_ttl_seconds, over=lock, dataset_version=version) is None:
             return TriggerOutcome(started=None, reason="another trigger took the lock first")
         self.bucket.put_text(prefixes.manifest_key(version), dump_manifest(entries), "application/x-ndjson")
         self._start(version, version)
@@ -174,27 +165,26 @@ class Trigger:
             raise DatasetVersionNotFoundError(
                 f"dataset version {dataset_version} has no manifest at {prefixes.manifest_key(dataset_version)}"
             )
-        now = self.clock()
-        lock = self.ledger.lock()
-        if lock is not None and self._holder_running(lock, now):
+        lock = self.lock.current()
+        if lock is not None and self.lock.keeps_out(lock):
             return TriggerOutcome(started=None, reason=f"a run holds the lock: {lock.holder}")
-        expires = now + timedelta(seconds=self.policy.lock_ttl_seconds)
-        if not self.ledger.acquire_lock(LockRecord(holder=run, acquired_at=now, expires_at=expires), replacing=lock):
+        if self.lock.take(run, self.policy.lock_ttl_seconds, over=lock, dataset_version=dataset_version) is None:
             return TriggerOutcome(started=None, reason="another run took the lock first")
         self._start(run, dataset_version)
         return TriggerOutcome(started=run, reason=f"a rerun of dataset version {dataset_version}")
 
+    @cached_property
+    def lock(self) -> RunLock:
+        return RunLock(self.ledger, self.clock, Executions(self.sfn, self.state_machine_arn))
+
     def release(self, holder: str) -> bool:
-        return self.ledger.release_lock(holder)
+        return self.lock.release(holder)
 
     def _consume(self, batches: list[tuple[BatchRecord, int]]) -> None:
         """Consume batches whose curated pairs, as read, are all in a dataset version. One that an
         object reached since (its `last_seen` moved) stays closed for the next look."""
         for batch, revision in batches:
             self.ledger.consume_batch(batch, revision)
-
-    def _holder_running(self, lock: LockRecord, now: datetime) -> bool:
-        return still_held(lock, now, self.sfn, self.state_machine_arn)
 
     def _start(self, name: str, version: str) -> None:
         try:

@@ -49,6 +49,7 @@ from functions.data.models import (
     PairToFix,
 )
 from functions.data.reports import REPORT_JSON, REPORT_MARKDOWN, write_report
+from functions.data.run_lock import Executions, RunLock
 from functions.data.storage import DataBucket, DeleteRefusedError
 from functions.validation import Role
 from retrain.ops.audit import object_sha256
@@ -65,14 +66,10 @@ from retrain.ops.status import utc_now
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_stepfunctions import SFNClient
 
 # Short: a purge that dies keeps the trigger from freezing a dataset version for at most this
 # long. The lease is renewed before every step, so a long purge keeps it.
 PURGE_LEASE_SECONDS = 300
-# A trigger takes the lock a moment before it starts the run named after it: a run that does not
-# exist yet may be on its way until no trigger can still be running (Lambda's longest timeout).
-STARTING_RUN_SECONDS = 15 * 60
 WAIT_POLL_SECONDS = 15.0
 # Where the evaluation copies the relabel list's pictures, beside the batch report
 # (functions/evaluate_run/trust.py writes `fix/<n>.png`).
@@ -107,24 +104,9 @@ class LockHeldError(RetrainError):
         self.lock = lock
 
 
-@dataclass(frozen=True)
-class Runs:
-    """Whether a lock's run is still going, asked of Step Functions: the trigger's own rule (a
-    lease whose run ended, or never started, is taken over). Without it a purge takes every
-    unexpired lease of a run as held."""
-
-    sfn: SFNClient
-    state_machine_arn: str
-
-    def running(self, lock: LockRecord, now: datetime) -> bool:
-        arn = f"{self.state_machine_arn.replace(':stateMachine:', ':execution:')}:{lock.holder}"
-        try:
-            status = self.sfn.describe_execution(executionArn=arn)["status"]
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
-                return (now - lock.acquired_at).total_seconds() < STARTING_RUN_SECONDS
-            raise
-        return status == "RUNNING"
+# Whether a lock's run is still going, asked of Step Functions: the lock's one rule
+# (functions/data/run_lock.py). Without it a purge takes every unexpired lease of a run as held.
+Runs = Executions
 
 
 @dataclass
@@ -155,24 +137,24 @@ class PurgeLease:
         seconds: float = PURGE_LEASE_SECONDS,
     ) -> PurgeLease:
         """Take the lock, or raise `LockHeldError` (with `wait`: wait until it is free)."""
+        lock = RunLock(ledger, clock, runs)
         while True:
-            now = clock()
-            current = ledger.lock()
-            if current is not None and _held(current, now, runs):
+            current = lock.current()
+            if current is not None and lock.keeps_out(current):
                 if not wait:
                     raise LockHeldError(current)
                 on_wait(current)
                 time.sleep(poll_seconds)
                 continue
-            record = _purge_record(now, seconds)
-            if ledger.acquire_lock(record, replacing=current):
+            record = _purge_record(clock(), seconds)
+            if lock.replace(record, over=current):
                 return cls(ledger, record, clock, seconds)
             # Someone took it between our look and our write: look again.
 
     def renew(self) -> None:
         """Extend the lease before the next step; `PurgeError` if it lapsed and was taken over."""
         record = _purge_record(self.clock(), self.seconds, acquired_at=self.record.acquired_at)
-        if not self.ledger.acquire_lock(record, replacing=self.record):
+        if not RunLock(self.ledger, self.clock).replace(record, over=self.record):
             raise PurgeError(
                 f"the purge's lease on the retraining lock ({self.record.holder}) lapsed and was taken over; "
                 "run the same purge again to finish"
@@ -183,7 +165,7 @@ class PurgeLease:
         """Let the lease lapse now. Never raises: an end that fails lapses by itself within the lease."""
         spent = self.record.model_copy(update={"expires_at": self.clock()})
         try:
-            self.ledger.acquire_lock(spent, replacing=self.record)
+            RunLock(self.ledger, self.clock).replace(spent, over=self.record)
         except (ClientError, BotoCoreError):
             return
 
@@ -191,14 +173,6 @@ class PurgeLease:
 def _purge_record(now: datetime, seconds: float, acquired_at: datetime | None = None) -> LockRecord:
     holder = f"{PURGE_HOLDER_PREFIX}{now:%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
     return LockRecord(holder=holder, acquired_at=acquired_at or now, expires_at=now + timedelta(seconds=seconds))
-
-
-def _held(lock: LockRecord, now: datetime, runs: Runs | None) -> bool:
-    """Whether `lock` keeps a purge out: a live purge's lease, or a run that may be running,
-    whatever its lease says (functions/data/run_lock.py: a run's lock is held while it runs)."""
-    if Ledger.is_purge_holder(lock.holder) or runs is None:
-        return now < lock.expires_at  # nothing to ask: the lease is all there is
-    return runs.running(lock, now)
 
 
 @dataclass
@@ -784,12 +758,14 @@ def _unique(versions: Iterable[ObjectVersion]) -> list[ObjectVersion]:
 
 def _warnings(ledger: Ledger, plans: list[_ManifestPlan], at: datetime) -> list[str]:
     """For a dry run: a run that holds the lock (a purge holds it itself while it erases)."""
-    lock = ledger.lock()
-    if lock is None or at >= lock.expires_at or Ledger.is_purge_holder(lock.holder):
+    lock = RunLock(ledger, lambda: at).holder()  # no state machine to ask: the lease says
+    if lock is None or Ledger.is_purge_holder(lock.holder):
         return []
     found = [f"run {lock.holder} holds the retraining lock: a purge is refused while it runs (or waits for it, --wait)"]
     touched = {_version_of(plan.key) for plan in plans if plan.removed}
-    if lock.holder in touched:
+    # A rerun's name is not its dataset version; locks written before versions were recorded
+    # name only the run, whose name was its version.
+    if (lock.dataset_version or lock.holder) in touched:
         found.append(
             f"run {lock.holder} trains on a dataset version that held these files: its FSx copy and "
             "training instances keep them until it ends (stop it to erase them now)"

@@ -32,6 +32,7 @@ from functions.common.errors import ConcurrentUpdateError, RetrainError
 from functions.data.ledger import Ledger
 from functions.data.models import BatchTrust, PairStatus, PairToFix, Trust, TrustDecision
 from functions.data.reports import NEW, REPORT_MARKDOWN, PairTrustCounts, count_trust, curated_contents
+from functions.data.run_lock import RunLock
 from retrain.ops.status import utc_now
 
 if TYPE_CHECKING:
@@ -326,11 +327,10 @@ def _change(
 
     written = ledger.update_trust(batch, recorded)
     assert written is not None and written.last is not None, "every change writes a decision"
-    lock = ledger.lock()
-    # A purge's lease freezes nothing; a run's dataset version was frozen before this change.
-    running = None
-    if lock is not None and now < lock.expires_at and not Ledger.is_purge_holder(lock.holder):
-        running = lock.holder
+    # A purge's lease freezes nothing; a run's dataset version was frozen before this change. No
+    # state machine to ask here: the lock's rule goes by the lease (functions/data/run_lock.py).
+    lock = RunLock(ledger, lambda: now).holder()
+    running = lock.holder if lock is not None and not Ledger.is_purge_holder(lock.holder) else None
     return TrustChange(
         batch=batch,
         decision=written.last,

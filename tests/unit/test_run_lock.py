@@ -1,7 +1,8 @@
-"""One lock, one run: who holds the retraining lock (`functions/data/run_lock.py`), how a run's
-first state makes sure its own execution holds it (`RunLockGuard`), and a lease that outlives
-every run the state machine lets run. On moto's DynamoDB with the template's ledger table; Step
-Functions is a fake that answers DescribeExecution with the statuses each story needs."""
+"""One lock, one run: the one `RunLock` and its rule (`functions/data/run_lock.py`), how a run's
+first state makes sure its own execution holds it (`RunLockGuard`), freeing by name that only one
+caller wins, and a lease that outlives every run the state machine lets run. On moto's DynamoDB
+with the template's ledger table; Step Functions is a fake that answers DescribeExecution with the
+statuses each story needs."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from functions.common.requests import RunInput
 from functions.common.settings import LOCK_TTL_SECONDS, PrepareRunSettings, TriggerSettings
 from functions.data.ledger import Ledger
 from functions.data.models import LockRecord
-from functions.data.run_lock import still_held
+from functions.data.run_lock import STARTING_RUN_SECONDS, Executions, RunLock
 from functions.prepare_run.logic import RunLockGuard, RunPreparer
 from functions.trigger.logic import TriggerPolicy
 from retrain.local.cloudformation.stack import create_ledger_table
@@ -67,8 +68,18 @@ def lease(holder: str, *, expired: bool) -> LockRecord:
     )
 
 
+def run_lock(ledger: Ledger, sfn: FakeSfn | None) -> RunLock:
+    executions = Executions(sfn, MACHINE) if sfn is not None else None  # type: ignore[arg-type]
+    return RunLock(ledger, lambda: NOW, executions)
+
+
+def keeps_out(record: LockRecord, sfn: FakeSfn | None) -> bool:
+    """The rule alone: the ledger is never read."""
+    return run_lock(None, sfn).keeps_out(record)  # type: ignore[arg-type]
+
+
 def guard(ledger: Ledger, sfn: FakeSfn) -> RunLockGuard:
-    return RunLockGuard(ledger, sfn, MACHINE, ttl_seconds=LOCK_TTL_SECONDS, clock=lambda: NOW)  # type: ignore[arg-type]
+    return RunLockGuard(run_lock(ledger, sfn), ttl_seconds=LOCK_TTL_SECONDS)
 
 
 # ------------------------------------------------------------------ the rule --
@@ -76,7 +87,7 @@ def guard(ledger: Ledger, sfn: FakeSfn) -> RunLockGuard:
 def test_a_run_whose_execution_is_running_holds_the_lock_whatever_its_lease_says(expired: bool) -> None:
     sfn = FakeSfn({RUNNING_RUN: "RUNNING"})
 
-    assert still_held(lease(RUNNING_RUN, expired=expired), NOW, sfn, MACHINE)  # type: ignore[arg-type]
+    assert keeps_out(lease(RUNNING_RUN, expired=expired), sfn)
     assert sfn.asked, "Step Functions was asked, not the clock"
 
 
@@ -84,16 +95,48 @@ def test_a_run_whose_execution_is_running_holds_the_lock_whatever_its_lease_says
 def test_a_run_that_ended_or_never_started_holds_nothing(status: str | None) -> None:
     sfn = FakeSfn({RUNNING_RUN: status} if status else {})
 
-    assert not still_held(lease(RUNNING_RUN, expired=False), NOW, sfn, MACHINE)  # type: ignore[arg-type]
+    assert not keeps_out(lease(RUNNING_RUN, expired=False), sfn)
+
+
+@pytest.mark.parametrize(("age", "held"), [(60, True), (STARTING_RUN_SECONDS - 1, True), (STARTING_RUN_SECONDS, False)])
+def test_a_run_whose_execution_is_not_started_yet_holds_the_lock_while_its_trigger_may_still_start_it(
+    age: int, held: bool
+) -> None:
+    """The trigger takes the lock a moment before it starts the execution named after it: a second
+    trigger (or a purge) looking in between must not take it over. After Lambda's longest timeout
+    no trigger is still on its way, and the lock is free."""
+    taken = LockRecord(
+        holder=RUNNING_RUN, acquired_at=NOW - timedelta(seconds=age), expires_at=NOW + timedelta(days=31)
+    )
+
+    assert keeps_out(taken, FakeSfn()) is held
 
 
 def test_a_purge_keeps_its_own_rule_its_lease() -> None:
     sfn = FakeSfn()
     purge = "purge:20270301-085959-ab12"
 
-    assert still_held(lease(purge, expired=False), NOW, sfn, MACHINE)  # type: ignore[arg-type]
-    assert not still_held(lease(purge, expired=True), NOW, sfn, MACHINE)  # type: ignore[arg-type]
+    assert keeps_out(lease(purge, expired=False), sfn)
+    assert not keeps_out(lease(purge, expired=True), sfn)
     assert sfn.asked == [], "a purge has no execution to ask about"
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["lease valid", "lease expired"])
+def test_without_the_state_machine_to_ask_the_lease_is_the_rule_for_runs_too(expired: bool) -> None:
+    assert keeps_out(lease(RUNNING_RUN, expired=expired), None) is not expired
+
+
+def test_a_lock_is_freed_by_name_once_whoever_asks_again(ledger: Ledger) -> None:
+    """The clean-up's rule rests on this: of a failure branch, RunEndedFunction, a duplicated
+    event and a cancel, exactly one frees the run's lock (and so tells the team)."""
+    lock = run_lock(ledger, FakeSfn())
+    taken = lock.take(RUNNING_RUN, 60, over=None, dataset_version="ds-20270101-000000-00000000")
+    assert taken is not None and lock.holds(RUNNING_RUN)
+    assert ledger.lock() == taken, "the run's dataset version is recorded beside its name"
+
+    assert not lock.release("another-run"), "only by its holder's name"
+    assert [lock.release(RUNNING_RUN), lock.release(RUNNING_RUN)] == [True, False]
+    assert ledger.lock() is None and not lock.holds(RUNNING_RUN)
 
 
 # ----------------------------------------------------- a run's first state --
