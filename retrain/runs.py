@@ -28,12 +28,14 @@ from pydantic import BaseModel, ValidationError
 from functions.common import prefixes
 from functions.common.errors import RetrainError
 from functions.common.models import RunContext, RunState
-from functions.common.requests import NotifyRequest
+from functions.common.requests import NotifyRequest, TriggerOutcome
 from functions.common.summary import RunSummary
 from functions.data.ledger import Ledger
-from functions.notify.logic import Notifier
+from functions.data.run_lock import RunLock
+from functions.notify.logic import Notified, Notifier
 from functions.notify.render import HEADLINES
-from functions.trigger.logic import Trigger, TriggerOutcome
+from functions.run_ended.cleanup import JobStop, RunCleanup
+from functions.trigger.logic import Trigger
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -243,10 +245,10 @@ class Runs:
         progress("waiting for RunEndedFunction to stop the job, tell the team and release the lock")
         deadline = time.monotonic() + job_timeout
         job_status = _job_status(sagemaker, job_name)
-        while time.monotonic() < deadline and (_holds(ledger, run) or job_status in ACTIVE_JOB):
+        while time.monotonic() < deadline and (RunLock(ledger, self.clock).holds(run) or job_status in ACTIVE_JOB):
             time.sleep(1)
             job_status = _job_status(sagemaker, job_name)
-        if not _holds(ledger, run):
+        if not RunLock(ledger, self.clock).holds(run):
             if job_name is not None:
                 progress(f"training job {job_name}: {job_status}")
             progress("released the lock")
@@ -264,14 +266,12 @@ class Runs:
         progress(f"RunEndedFunction did not clean up within {job_timeout:.0f} s: doing it here")
         if job_name is not None:
             job_status = _stop_job(sagemaker, job_name, job_timeout, progress)
-        # The lock first: whoever releases it tells the team, so RunEndedFunction, if it is only
-        # late, finds the lock gone and sends nothing a second time.
-        if not ledger.release_lock(run):
-            progress("the lock was released meanwhile: RunEndedFunction has told the team")
-            return CancelOutcome(run=run, cleaned_up_by="RunEndedFunction", job_name=job_name, job_status=job_status)
-        progress("released the lock")
-        notified = None
-        if notifier is not None:
+        told: list[Notified] = []
+
+        def tell(_: JobStop) -> None:
+            progress("released the lock")
+            if notifier is None:
+                return
             failed = state.model_copy(
                 update={
                     "failed_state": current or "unknown",
@@ -279,15 +279,22 @@ class Runs:
                     "run": state.run or _context_from(details),
                 }
             )
-            notified = notifier.notify(NotifyRequest(kind="failed", execution=run, execution_arn=arn, state=failed))
-            progress(f"told the team: {notified.subject}")
+            told.append(notifier.notify(NotifyRequest(kind="failed", execution=run, execution_arn=arn, state=failed)))
+            progress(f"told the team: {told[0].subject}")
+
+        # The one clean-up's rule: whoever frees the lock tells the team, so RunEndedFunction, if it
+        # is only late, finds the lock gone and sends nothing a second time (and the other way round).
+        outcome = RunCleanup(sagemaker, lambda _: job_name, RunLock(ledger, self.clock).release).end(run, tell)
+        if not outcome.told:
+            progress("the lock was released meanwhile: RunEndedFunction has told the team")
+            return CancelOutcome(run=run, cleaned_up_by="RunEndedFunction", job_name=job_name, job_status=job_status)
         return CancelOutcome(
             run=run,
             cleaned_up_by="this command",
             job_name=job_name,
             job_status=job_status,
-            told_team=notified is not None,
-            summary_uri=notified.summary_uri if notified else None,
+            told_team=bool(told),
+            summary_uri=told[0].summary_uri if told else None,
         )
 
 
@@ -326,11 +333,6 @@ def _stop_execution(sfn: SFNClient, arn: str, cause: str) -> None:
         # It ended between our look and the stop: what it left is handled like any end.
         if error.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
             raise
-
-
-def _holds(ledger: Ledger, run: str) -> bool:
-    lock = ledger.lock()
-    return lock is not None and lock.holder == run
 
 
 def _job_status(sagemaker: SageMakerClient, name: str | None) -> str | None:

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 # statemachine/retrain.asl.yaml's failure branch, in order (tests/unit/test_template.py checks it).
 FAILURE_BRANCH = (
     "Stop the training job if one was created",
-    "Tell the team the run failed",
     "Release the lock after the failure",
+    "Tell the team the run failed",
     "Run failed",
 )
 

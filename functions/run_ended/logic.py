@@ -1,17 +1,14 @@
-"""After a run that ended without its failure branch: stop its job, tell the team, free the lock.
+"""After a run that ended without its failure branch: stop its job, free the lock, tell the team.
 
 A run stopped from the console (or by `retrain runs cancel`, or StopExecution from anywhere), or
 one past the state machine's TimeoutSeconds, ends at once: no Catch runs, so its training job
 would keep running unseen, nobody would be told, and its lock would wait for the trigger's next
 look. Step Functions publishes "Step Functions Execution Status Change" to EventBridge; the
 RunEnded rule hands ABORTED, TIMED_OUT and FAILED ones of this stack's state machine to
-`RunEnded.handle`.
-
-It is idempotent with the failure branch, which also stops the job, tells the team and releases
-the lock, and then ends the execution FAILED: a run whose lock its execution no longer holds
-was cleaned up already (or the trigger took the lock over for the next run), so only the job is
-looked at again (stopping a stopped job is a no-op). The job is found by the run's name
-(`Ledger.run_job`, written before the job was created), not by recomputing its name.
+`RunEnded.handle`, which runs the one clean-up (`cleanup.RunCleanup`): stop the job, free the
+lock through the trigger (which then looks for new data), and tell the team only if this call
+freed it. A failure branch that finished its work, a duplicated event or a retry of this
+function finds the lock freed already and sends nothing a second time.
 """
 
 from __future__ import annotations
@@ -20,10 +17,12 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict
 
 from functions.common.errors import RunCleanupError
+from functions.common.models import JobState, RunState
+from functions.common.requests import NotifyRequest, TriggerInput, TriggerOutcome
+from functions.run_ended.cleanup import JobStop, RunCleanup
 
 if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
 WHY = {
     "ABORTED": "the run was stopped (from the console, `retrain runs cancel` or StopExecution)",
     "TIMED_OUT": "the run took longer than the state machine's TimeoutSeconds",
-    "FAILED": "the run failed outside its failure branch",
+    "FAILED": "the run failed, and its failure branch did not finish the clean-up",
 }
 ERRORS = {"ABORTED": "States.Aborted", "TIMED_OUT": "States.Timeout", "FAILED": "States.Runtime"}
 
@@ -73,69 +72,73 @@ class RunEnded:
     trigger_function: str
 
     def handle(self, change: ExecutionStatusChange) -> RunEndedOutcome:
-        job_name = self.ledger.run_job(change.name)
-        stopped = self._stop(job_name) if job_name else False
-        lock = self.ledger.lock()
-        if change.status not in WHY or lock is None or lock.holder != change.name:
-            return RunEndedOutcome(
-                execution=change.name, status=change.status, job_name=job_name, job_stopped=stopped, cleaned_up=False
-            )
-        last_state = self._last_state(change.executionArn)
-        cause = WHY[change.status] + (f": {change.cause or change.error}" if change.cause or change.error else "")
-        if stopped:
-            cause += f"; its training job {job_name} was stopped"
-        state: dict[str, Any] = {
-            "dataset_version": change.name,
-            "failed_state": last_state or "unknown",
-            "error": {"Error": change.error or ERRORS[change.status], "Cause": cause},
-        }
-        if job_name:
-            state["job"] = {"job_name": job_name, "job_arn": "", "status": "Stopped", "wait_seconds": 0}
-        self._invoke(
-            self.notify_function,
-            {"kind": "failed", "execution": change.name, "execution_arn": change.executionArn, "state": state},
-        )
-        self._invoke(
-            self.trigger_function,
-            {"action": "release", "holder": change.name, "source": f"the run ended {change.status}"},
-        )
+        if change.status not in WHY:  # the rule sends only these; anything else is left alone
+            return RunEndedOutcome(execution=change.name, status=change.status, cleaned_up=False)
+        cleanup = RunCleanup(self.sagemaker, self.ledger.run_job, lambda run: self._release(run, change.status))
+        told: list[str | None] = []
+
+        def tell(job: JobStop) -> None:
+            history = self._history(change.executionArn)
+            told.append(history.last_state)
+            self._invoke(self.notify_function, _failed_request(change, job, history).model_dump(mode="json"))
+
+        outcome = cleanup.end(change.name, tell)
         return RunEndedOutcome(
             execution=change.name,
             status=change.status,
-            job_name=job_name,
-            job_stopped=stopped,
-            cleaned_up=True,
-            last_state=last_state,
+            job_name=outcome.job.job_name,
+            job_stopped=outcome.job.stopped,
+            cleaned_up=outcome.told,
+            last_state=told[0] if told else None,
         )
 
-    def _stop(self, job_name: str) -> bool:
-        try:
-            status = self.sagemaker.describe_training_job(TrainingJobName=job_name)["TrainingJobStatus"]
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") == "ValidationException":
-                return False  # recorded, never created
-            raise
-        if status != "InProgress":
-            return False
-        self.sagemaker.stop_training_job(TrainingJobName=job_name)
-        return True
+    def _release(self, run: str, status: str) -> bool:
+        """Through the trigger, which then looks for data that came during the run."""
+        request = TriggerInput(action="release", holder=run, source=f"the run ended {status}")
+        answer = self._invoke(self.trigger_function, request.model_dump(mode="json"))
+        return TriggerOutcome.model_validate(answer).released is True
 
-    def _last_state(self, execution_arn: str) -> str | None:
-        """The state the run was in when it ended (what the team is told it was doing)."""
+    def _history(self, execution_arn: str) -> _History:
+        """The run's dataset version (its input) and the state it was in when it ended."""
         # Read forward, all pages: a run's history is short now that no state polls the job (a
         # few dozen events), and moto's engine ignores reverseOrder, which would read it backwards.
-        last = None
+        version, last = None, None
         for page in self.sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn):
             for event in page["events"]:
+                started = event.get("executionStartedEventDetails")
+                if started and version is None:
+                    given = json.loads(started.get("input") or "{}")
+                    # Not the execution's name: a rerun's name is `<version>-rerun-<time>`.
+                    version = given.get("dataset_version") if isinstance(given, dict) else None
                 entered = event.get("stateEnteredEventDetails")
                 if entered:
                     last = str(entered["name"])
-        return last
+        return _History(dataset_version=version, last_state=last)
 
-    def _invoke(self, function: str, payload: dict[str, Any]) -> None:
-        """Synchronously: a function that fails makes this one fail, and EventBridge's retries of
-        this asynchronous invocation try again (both steps are idempotent)."""
+    def _invoke(self, function: str, payload: dict[str, Any]) -> Any:
+        """Synchronously: a function that fails makes this one fail (its error metric and alarm
+        say so), and EventBridge's retries of this asynchronous invocation try again."""
         answer = self.lambda_client.invoke(FunctionName=function, Payload=json.dumps(payload).encode())
+        body = answer["Payload"].read().decode(errors="replace")
         if answer.get("FunctionError"):
-            body = answer["Payload"].read().decode(errors="replace")[:2000]
-            raise RunCleanupError(f"{function} failed while cleaning up after the run: {body}")
+            raise RunCleanupError(f"{function} failed while cleaning up after the run: {body[:2000]}")
+        return json.loads(body or "null")
+
+
+@dataclass(frozen=True)
+class _History:
+    dataset_version: str | None
+    last_state: str | None
+
+
+def _failed_request(change: ExecutionStatusChange, job: JobStop, history: _History) -> NotifyRequest:
+    cause = WHY[change.status] + (f": {change.cause or change.error}" if change.cause or change.error else "")
+    if job.stopped:
+        cause += f"; its training job {job.job_name} was stopped"
+    state = RunState(
+        dataset_version=history.dataset_version,
+        failed_state=history.last_state or "unknown",
+        error={"Error": change.error or ERRORS[change.status], "Cause": cause},
+        job=JobState(job_name=job.job_name, job_arn="", status="Stopped", wait_seconds=0) if job.job_name else None,
+    )
+    return NotifyRequest(kind="failed", execution=change.name, execution_arn=change.executionArn, state=state)

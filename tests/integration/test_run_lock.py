@@ -98,7 +98,11 @@ def test_a_manual_start_while_a_run_holds_the_lock_is_refused_and_trains_nothing
     assert failed == ["LockHeldByAnotherRunError"], "refused once, not retried"
     states = history_states(data_stack, started["executionArn"])
     assert "Start training" not in states and job_names(data_stack) == [], "no training job for it"
-    assert states[-3:] == ["Tell the team the run failed", "Release the lock after the failure", "Run failed"]
+    assert states[-3:] == [
+        "Release the lock after the failure",
+        "Tell the team the run failed",
+        "Run failed",
+    ]
     (message,) = inbox.receive()
     assert "LockHeldByAnotherRunError" in message["Message"]
     assert ledger_of(data_stack).lock() == lock, "its release freed nothing: the lock is not its own"

@@ -82,10 +82,10 @@ def test_a_run_for_a_missing_dataset_version_fails_and_tells_the_team_why(
     assert re.search(r"Error:\s+DatasetVersionNotFoundError", message["Message"])
     assert "dataset version 'v-missing' has no manifest" in message["Message"]
     assert history_states(stack, result["executionArn"])[-3:] == [
-        "Tell the team the run failed",
         "Release the lock after the failure",
+        "Tell the team the run failed",
         "Run failed",
-    ], "a failure before any job still tells the team and releases the lock"
+    ], "a failure before any job still releases the lock and tells the team"
 
 
 def test_a_run_started_with_input_that_names_no_version_fails_by_name(stack: OfflineStack) -> None:

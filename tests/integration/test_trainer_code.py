@@ -68,8 +68,8 @@ def test_a_replaced_trainer_is_refused_with_the_reason_and_trains_again_once_rel
     assert history_states(stack, refused["executionArn"])[-5:] == [
         "Start training",
         "Stop the training job if one was created",
-        "Tell the team the run failed",
         "Release the lock after the failure",
+        "Tell the team the run failed",
         "Run failed",
     ]
     summary = RunSummary.model_validate(read_json(stack, f"reports/failures/{refused['name']}/summary.json"))

@@ -149,7 +149,10 @@ def test_every_task_of_the_run_that_fails_stops_the_job_first() -> None:
 
 def test_the_failure_branch_is_the_one_notify_knows_and_each_of_its_states_goes_on() -> None:
     """functions/notify/history.py takes the failed state to be the last one entered before the
-    first of FAILURE_BRANCH: the branch must be exactly those states, in that order."""
+    first of FAILURE_BRANCH: the branch must be exactly those states, in that order. Each Task
+    catches everything and goes on forward (never back, never out of the branch); the release
+    comes before the message, which is sent only when this run freed its lock (the one clean-up's
+    rule, functions/run_ended/cleanup.py)."""
     for _, _, asl in state_machines():
         states = json.loads(asl.read_text(encoding="utf-8"))["States"]
         branch, name = [], FAILURE_BRANCH[0]
@@ -158,9 +161,21 @@ def test_the_failure_branch_is_the_one_notify_knows_and_each_of_its_states_goes_
             state = states[name]
             if state["Type"] == "Task":
                 (catch,) = state["Catch"]
-                assert (catch["ErrorEquals"], catch["Next"]) == (["States.ALL"], state["Next"]), name
+                assert catch["ErrorEquals"] == ["States.ALL"], name
+                assert catch["Next"] in FAILURE_BRANCH[FAILURE_BRANCH.index(name) + 1 :], name
+            if state["Type"] == "Choice":
+                (choice,) = state["Choices"]
+                assert (choice["Variable"], choice["BooleanEquals"]) == ("$.released.released", True), name
+                assert state["Default"] == FAILURE_BRANCH[-1], "nobody is told twice"
+                name = choice["Next"]
+                continue
             name = state.get("Next")
         assert tuple(branch) == FAILURE_BRANCH
+        release, tell = (
+            FAILURE_BRANCH.index("Release the lock after the failure"),
+            FAILURE_BRANCH.index("Tell the team the run failed"),
+        )
+        assert release < tell, "whoever frees the lock tells the team: the release comes first"
         assert states[FAILURE_BRANCH[-1]]["Type"] == "Fail"
         entered_otherwise = {
             target
