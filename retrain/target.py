@@ -1,7 +1,7 @@
 """Which stack a command talks to: a deployed one (`--stack NAME`) or the offline one.
 
 Without `--stack`, commands use the offline stack that `retrain local up` runs in another
-terminal (it records where it is: `retrain/local/discovery.py`). With `--stack NAME`, the names
+terminal (it records where it is: `retrain/local/endpoint/discovery.py`). With `--stack NAME`, the names
 and ARNs come from that CloudFormation stack's outputs. Either way the command says which stack and
 endpoint it used, and when none is reachable it says how to start one, without a traceback.
 """
@@ -21,8 +21,8 @@ from rich.console import Console
 
 from functions.common import clients
 from functions.common.errors import RetrainError
-from retrain.local import discovery
-from retrain.local.discovery import LocalStackRecord, StaleRecord
+from retrain.local.endpoint import discovery
+from retrain.local.endpoint.discovery import LocalStackRecord, StaleRecord
 
 # Few retries: a person is waiting, and a wrong endpoint should say so within seconds.
 CLI_CONFIG = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=5, read_timeout=30)

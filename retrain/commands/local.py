@@ -12,9 +12,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from retrain.local import discovery
 from retrain.local.cloudformation.stack import OFFLINE_TRAINING, OfflineStack, StackOptions, StackOptionsError
 from retrain.local.cloudformation.template import TemplateError, load_template
+from retrain.local.endpoint import discovery
 from retrain.local.lambda_runtime.poller import DELIVERIES, Delivery
 
 app = typer.Typer(help="Run the system offline: moto, the real functions and state machine.")

@@ -40,7 +40,7 @@ from functions.common.contracts import parse_manifest
 from functions.common.models import RunState
 from functions.common.summary import RunSummary
 from retrain.local.cloudformation.stack import OFFLINE_TRAINING, TERMINAL, OfflineStack, StackOptions
-from retrain.local.notifications import TopicInbox
+from retrain.local.events.notifications import TopicInbox
 from retrain.runs import run_state
 from retrain.synth import write_scenes
 

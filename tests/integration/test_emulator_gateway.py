@@ -8,7 +8,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ParamValidationError
 
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
-from retrain.local.gateway import from_json, to_json
+from retrain.local.endpoint.gateway import from_json, to_json
 
 pytestmark = pytest.mark.slow(seconds=10)  # the longest test here, on 2 cores
 

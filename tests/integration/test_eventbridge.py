@@ -23,7 +23,7 @@ import pytest
 
 from retrain.local.cloudformation.stack import ACCOUNT_ID, OfflineStack, StackOptions
 from retrain.local.cloudformation.template import TemplateError
-from retrain.local.eventbridge import EXECUTION_STATUS_CHANGE, Event
+from retrain.local.events.eventbridge import EXECUTION_STATUS_CHANGE, Event
 from retrain.local.sagemaker.training import STATE_CHANGE
 from tests.integration.helpers import create_machine
 

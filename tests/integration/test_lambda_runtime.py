@@ -12,7 +12,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ParamValidationError
 
 from retrain.local.cloudformation.stack import OfflineStack
-from retrain.local.emulators import EmulatorContractError
+from retrain.local.endpoint.emulators import EmulatorContractError
 from retrain.local.lambda_runtime.contract import FunctionSpec
 from tests.integration.helpers import add_test_function
 

@@ -16,7 +16,7 @@ import pytest
 from functions.common import prefixes
 from functions.common.summary import RunSummary
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
-from retrain.local.notifications import Misbehaviour
+from retrain.local.events.notifications import Misbehaviour
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import drain, executions, wait_until
 from tests.integration.runs import drop_with_validation, history_states, job_names, read_json, run_to_end

@@ -19,7 +19,7 @@ import pytest
 from functions.data.ledger import Ledger
 from functions.notify.logic import Notifier
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
-from retrain.local.notifications import Misbehaviour
+from retrain.local.events.notifications import Misbehaviour
 from retrain.runs import CancelOutcome, Runs
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import drain, executions, wait_until

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from retrain.cli import app
-from retrain.local import discovery
+from retrain.local.endpoint import discovery
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import scene
 from tests.integration.runs import seeds_for

@@ -1,7 +1,7 @@
 """S3 and DynamoDB throttle in bursts when a team uploads thousands of files: nothing is lost.
 
 Reads are throttled on the wire (`Throttler`, a before-send hook); writes where they really stop,
-inside moto's backends (`retrain.local.faults`): a throttled write must not have happened.
+inside moto's backends (`retrain.local.endpoint.faults`): a throttled write must not have happened.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from functions.common import clients
 from retrain.cli import app
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
-from retrain.local.faults import Throttle, WriteThrottler
+from retrain.local.endpoint.faults import Throttle, WriteThrottler
 from tests.integration.conftest import DATA
 from tests.integration.data_drops import (
     assert_every_upload_accounted_for_once,

@@ -33,7 +33,7 @@ from functions.common.rules import RulesFile
 from functions.common.service_model import service_side_problems
 from functions.training_job.builder import TrainingRun, build_training_job_request
 from functions.training_job.debugger import normalise_debugger_results, read_profiler_reports
-from retrain.local.emulators import EmulatedServiceError, EmulatorRegistry
+from retrain.local.endpoint.emulators import EmulatedServiceError, EmulatorRegistry
 from retrain.local.sagemaker.container import plan_processes
 from retrain.local.sagemaker.debugger import PROFILER_REPORT_RULES
 from retrain.local.sagemaker.processes import identity

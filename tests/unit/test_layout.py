@@ -5,7 +5,10 @@
 - `functions/` holds what the Lambda packages import and nothing else: every module there is
   reached from some handler (`functions/<name>/app.py`) by imports;
 - handlers are short and modules small enough to read: every `lambda_handler` at most 20 lines,
-  no module in `functions/` over 450 lines, `trainer/train.py` at most 700.
+  no module in `functions/` over 450 lines, `trainer/train.py` at most 700;
+- `retrain/local/` is grouped by what each part plays (`cloudformation/`, `lambda_runtime/`,
+  `sagemaker/`, `fsx/`, `events/`, `endpoint/`): at most 3 modules lie loose beside its
+  `__init__.py`, so a new module goes into the folder of what it does, or starts one.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ PACKAGES = ("functions", "retrain", "trainer")
 HANDLER_MAX_LINES = 20
 FUNCTIONS_MODULE_MAX_LINES = 450
 TRAIN_MAX_LINES = 700
+LOCAL_LOOSE_MAX = 3
 
 
 def _modules() -> dict[str, Path]:
@@ -147,6 +151,15 @@ def test_modules_are_small_enough_to_read() -> None:
     }
     assert not large, f"functions/ modules over {FUNCTIONS_MODULE_MAX_LINES} lines: {large}"
     assert sizes["trainer.train"] <= TRAIN_MAX_LINES, f"trainer/train.py is {sizes['trainer.train']} lines"
+
+
+def test_the_offline_stack_is_grouped_in_folders() -> None:
+    """retrain/local/ keeps its modules in folders named for what they play, not loose beside them."""
+    loose = sorted(p.name for p in (ROOT / "retrain" / "local").glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= LOCAL_LOOSE_MAX, (
+        f"retrain/local/ has {len(loose)} loose modules (at most {LOCAL_LOOSE_MAX}): {loose}; "
+        "move them into the folder of what they do"
+    )
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -21,7 +21,7 @@ from functions.common.settings import NotifySettings
 from functions.notify import slack as slack_delivery
 from functions.notify.logic import Notified, Notifier
 from functions.notify.secret import SlackSecretError, SlackWebhookSecret, webhook_url
-from retrain.local.notifications import SlackReceiver
+from retrain.local.events.notifications import SlackReceiver
 from tests.conftest import load_event
 from tests.unit.fakes import FakeS3, FakeSNS, stubbed
 

@@ -12,7 +12,7 @@ import pytest
 
 from functions.notify import slack
 from functions.notify.logic import usable_webhook
-from retrain.local.notifications import Misbehaviour, SlackReceiver
+from retrain.local.events.notifications import Misbehaviour, SlackReceiver
 
 MESSAGE = {"text": "Retraining accepted", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "hi"}}]}
 

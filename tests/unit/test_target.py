@@ -12,7 +12,7 @@ import pytest
 from moto import mock_aws
 
 from retrain import target
-from retrain.local import discovery
+from retrain.local.endpoint import discovery
 
 
 def record(pid: int, endpoint: str = "http://127.0.0.1:9") -> discovery.LocalStackRecord:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from retrain.local.cloudformation.template import Created, Resolver, Template, TemplateError
-from retrain.local.eventbridge import DEFAULT_BUS, EventBusError, EventRule, compile_pattern
+from retrain.local.events.eventbridge import DEFAULT_BUS, EventBusError, EventRule, compile_pattern
 from retrain.local.lambda_runtime.contract import FunctionSpec
 from retrain.local.lambda_runtime.poller import EventSourceMapping
 from retrain.local.lambda_runtime.ticker import Schedule
@@ -28,7 +28,7 @@ from retrain.local.lambda_runtime.ticker import Schedule
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import CreateTableInputTypeDef
 
-    from retrain.local.clients import StackClients
+    from retrain.local.endpoint.clients import StackClients
 
 log = logging.getLogger(__name__)
 

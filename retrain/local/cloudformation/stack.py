@@ -33,18 +33,18 @@ from moto.stepfunctions.parser.utils import TMP_THREADS
 from moto.stepfunctions.responses import StepFunctionResponse
 
 from functions.common.errors import RetrainError
-from retrain.local import s3_events
-from retrain.local.clients import StackClients
 from retrain.local.cloudformation.resources import CreatedStack, ResourceBuilder
 from retrain.local.cloudformation.template import Created, Resolver, TemplateError, load_template
-from retrain.local.emulators import EmulatorRegistry
-from retrain.local.eventbridge import Event, EventBus, ExecutionWatcher
+from retrain.local.endpoint.clients import StackClients
+from retrain.local.endpoint.emulators import EmulatorRegistry
+from retrain.local.endpoint.gateway import GatewayMotoServer
+from retrain.local.events import s3_events
+from retrain.local.events.eventbridge import Event, EventBus, ExecutionWatcher
+from retrain.local.events.notifications import SlackReceiver, TopicInbox
 from retrain.local.fsx.emulator import FsxEmulator
-from retrain.local.gateway import GatewayMotoServer
 from retrain.local.lambda_runtime.lambdas import LambdaRuntime
 from retrain.local.lambda_runtime.poller import DELIVERIES, Delivery, SqsPoller
 from retrain.local.lambda_runtime.ticker import Ticker
-from retrain.local.notifications import SlackReceiver, TopicInbox
 from retrain.local.sagemaker.training import TrainingEmulator
 from retrain.package import build_sourcedir, release_trainer
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from functions.common.errors import RetrainError
 from functions.common.prefixes import split_s3_uri
-from retrain.local.emulators import EmulatedServiceError, EmulatorRegistry
+from retrain.local.endpoint.emulators import EmulatedServiceError, EmulatorRegistry
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

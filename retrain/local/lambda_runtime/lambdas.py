@@ -45,7 +45,7 @@ from typing import Any, TextIO
 
 from functions.common import clients
 from functions.common.settings import load_settings
-from retrain.local.emulators import EmulatedServiceError
+from retrain.local.endpoint.emulators import EmulatedServiceError
 from retrain.local.lambda_runtime.contract import FunctionSpec, Handler, LambdaContext, call_handler
 from retrain.local.lambda_runtime.workers import CallError, EnvironmentPool, RuntimeStoppedError
 

@@ -19,7 +19,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from retrain.local.emulators import EmulatedServiceError, EmulatorRegistry
+from retrain.local.endpoint.emulators import EmulatedServiceError, EmulatorRegistry
 from retrain.local.lambda_runtime.contract import Handler, LambdaContext, call_handler
 from retrain.local.lambda_runtime.protocol import (
     Answer,

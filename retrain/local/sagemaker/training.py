@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrain.local.emulators import EmulatedServiceError, EmulatorRegistry
+from retrain.local.endpoint.emulators import EmulatedServiceError, EmulatorRegistry
 from retrain.local.sagemaker.container import plan_processes
 from retrain.local.sagemaker.debugger import RuleEvaluations
 from retrain.local.sagemaker.processes import CorePool

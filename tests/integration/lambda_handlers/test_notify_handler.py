@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from retrain.local.cloudformation.stack import OfflineStack
-from retrain.local.notifications import Misbehaviour
+from retrain.local.events.notifications import Misbehaviour
 from tests.conftest import load_event
 
 

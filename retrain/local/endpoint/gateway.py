@@ -27,7 +27,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoReque
 from werkzeug.serving import make_server
 
 from functions.common import clients
-from retrain.local.emulators import EmulatorRegistry
+from retrain.local.endpoint.emulators import EmulatorRegistry
 
 log = logging.getLogger(__name__)
 
