@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from functions.training_job.debugger import PROFILER_REPORT, PROFILER_RULE_DEFAULTS
+from functions.common.debugger import PROFILER_REPORT, PROFILER_RULE_DEFAULTS
 from functions.training_job.errors import JobConfigFileError, JobConfigurationError
 from functions.training_job.images import DEFAULT_FRAMEWORK_VERSION, PYTORCH_PY_VERSIONS
 

@@ -1,6 +1,6 @@
 """Debugger's rule defaults are written twice, and the two tables must agree.
 
-`functions/training_job/debugger.py` holds what a job request sends for each built-in profiler
+`functions/common/debugger.py` holds what a job request sends for each built-in profiler
 rule (as the SageMaker SDK v2 does, checked in `training_job/test_sdk_parity.py`), and
 `trainer/profiling/rules.py` the defaults the built-in back end evaluates the same rules with. The
 trainer imports nothing from `functions/`, so the table is copied; this test is what keeps the
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from functions.training_job.debugger import PROFILER_RULE_DEFAULTS
+from functions.common.debugger import PROFILER_RULE_DEFAULTS
 from trainer.profiling import rules
 
 SCAN_INTERVAL = "scan_interval_us"
@@ -67,7 +67,7 @@ def test_the_trainer_defaults_a_rule_as_the_job_request_does(rule: str) -> None:
     unexplained = {name: pair for name, pair in _differences(rule).items() if (rule, name) not in KNOWN_DIFFERENCES}
     assert not unexplained, "; ".join(
         f"{rule}.{name}: trainer/profiling/rules.py has {_shown(trainer)}, "
-        f"functions/training_job/debugger.py has {_shown(request)}"
+        f"functions/common/debugger.py has {_shown(request)}"
         for name, (trainer, request) in unexplained.items()
     )
 
@@ -85,6 +85,6 @@ def test_the_known_differences_still_exist() -> None:
 def test_the_request_scans_a_rule_as_often_as_the_trainer(rule: str) -> None:
     sent = PROFILER_RULE_DEFAULTS[rule][SCAN_INTERVAL]
     assert float(sent) / 1_000_000 == rules.SCAN_INTERVAL_SECONDS, (
-        f"{rule}.{SCAN_INTERVAL}: functions/training_job/debugger.py sends {sent!r} microseconds, "
+        f"{rule}.{SCAN_INTERVAL}: functions/common/debugger.py sends {sent!r} microseconds, "
         f"trainer/profiling/rules.py scans every {rules.SCAN_INTERVAL_SECONDS} s"
     )

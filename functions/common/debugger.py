@@ -13,6 +13,9 @@ How statuses are read (DescribeTrainingJob's `ProfilerRuleEvaluationStatuses`):
   a file but no evaluation of their own are listed too, with a verdict from their file once
   ProfilerReport has finished (`RuleTriggered > 0` is IssuesFound), and ProfilerReport's own status
   while it is still InProgress, Stopping, Stopped or in Error (their files are then partial).
+
+Shared by two functions, so it lives in `common/`: TrainingJob requests the rules (config.py and
+builder.py read the table), EvaluateRun reads their results.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from functions.common.errors import DebuggerResultsError
 from functions.common.prefixes import split_s3_uri
 from functions.common.rules import RuleResult, RulesFile, RuleStatus
-from functions.training_job.errors import DebuggerResultsError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
