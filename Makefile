@@ -82,8 +82,9 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-typecheck: $(STAMP) ## mypy (strict) on the code that ships
-	$(BIN)/mypy functions retrain trainer
+# tests/permissions.py too: no package ships it, but the template is checked against its grants.
+typecheck: $(STAMP) ## mypy (strict) on the code that ships, and the declared permissions
+	$(BIN)/mypy functions retrain trainer tests/permissions.py
 
 pr: lint typecheck validate-template sam-build test test-slow test-trainer-image-torch ## Everything CI runs, before you open a pull request
 

@@ -1,5 +1,5 @@
 """A small IAM model for the least-privilege tests: the template's statements per principal,
-what retrain/ops/permissions.py declares, what an AWS call needs, and whether a statement allows it.
+what tests/permissions.py declares, what an AWS call needs, and whether a statement allows it.
 
 Only what this stack's policies use is modelled: Allow and Deny statements (an explicit Deny
 wins), `*` and `?` wildcards in actions and resources, policy variables
@@ -26,7 +26,7 @@ from typing import Any
 from functions.data.ledger_batches import LOCK_PK
 from functions.training_job.images import DEBUGGER_RULE_ACCOUNTS, PYTORCH_TRAINING_ACCOUNTS
 from retrain.local.cloudformation.template import Created, Resolver, Template, load_template
-from retrain.ops.permissions import DENIALS, FUNCTION_PLACEHOLDERS, PERMISSIONS, Grant
+from tests.permissions import DENIALS, FUNCTION_PLACEHOLDERS, PERMISSIONS, Grant
 
 ROOT = Path(__file__).resolve().parents[1]
 # Actions no statement may grant on any resource: lifecycle, policy and ACL changes, wildcards.
@@ -320,9 +320,9 @@ def differences(declared: Pairs, granted: Pairs, who: str, effect: str = "Allow"
     problems = []
     gives, lacks = ("grants", "lacks") if effect == "Allow" else ("denies", "lacks the Deny of")
     for action, resource in sorted(granted.keys() - declared.keys()):
-        problems.append(f"{who}: {gives} {action} on {resource}, which retrain/ops/permissions.py does not declare")
+        problems.append(f"{who}: {gives} {action} on {resource}, which tests/permissions.py does not declare")
     for action, resource in sorted(declared.keys() - granted.keys()):
-        problems.append(f"{who}: {lacks} {action} on {resource}, which retrain/ops/permissions.py declares")
+        problems.append(f"{who}: {lacks} {action} on {resource}, which tests/permissions.py declares")
     for pair in sorted(declared.keys() & granted.keys()):
         problems.extend(
             f"{who}: {pair[0]} on {pair[1]} lacks the conditions {sorted(specs)}"

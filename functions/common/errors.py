@@ -106,6 +106,11 @@ class RunArtifactsMissingError(RetrainError):
     """A completed job's output lacks what evaluation needs (model.tar.gz, metrics.json)."""
 
 
+class DebuggerResultsError(RetrainError):
+    """A DescribeTrainingJob response or a Debugger report file does not have the documented
+    shape, so its rule results cannot be normalised."""
+
+
 class EvidenceConflictError(RetrainError):
     """A run's evidence (its model's sealed copy `models/packages/<run>/model.tar.gz`, its
     `metrics.json`) already holds other bytes than this evaluation's, as when a job overwrote the

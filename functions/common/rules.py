@@ -5,7 +5,7 @@ Two back ends write this file (DESIGN.md section 6):
 - `builtin`: the trainer evaluates Debugger's rule definitions on its own samples and writes
   `rules.json` with its output (it imports nothing from here: it writes plain JSON, and a test
   validates real trainer output against these models);
-- `debugger`: `functions.training_job.debugger` builds it from DescribeTrainingJob and the report
+- `debugger`: `functions.common.debugger` builds it from DescribeTrainingJob and the report
   files SageMaker Debugger writes under `rule-output/`.
 
 Notifications and the quality gate read only this model, so they never need to know which back

@@ -29,6 +29,11 @@ from pydantic import BaseModel, ValidationError
 
 from functions.common import prefixes
 from functions.common.contracts import MetricsFile
+from functions.common.debugger import (
+    describe_job,
+    normalise_debugger_results,
+    read_profiler_reports,
+)
 from functions.common.errors import ConcurrentUpdateError, RunArtifactsMissingError
 from functions.common.models import AcceptedModel, JobState, RunContext
 from functions.common.rules import RulesFile, parse_rules_file
@@ -38,11 +43,6 @@ from functions.evaluate_run import history
 from functions.evaluate_run.artifacts import Sealed, read_members, seal, write_once
 from functions.evaluate_run.gate import GatePolicy, judge
 from functions.evaluate_run.trust import SCREENING_MEMBER, ScreeningFile, TrustChanges, TrustKeeper
-from functions.training_job.debugger import (
-    describe_job,
-    normalise_debugger_results,
-    read_profiler_reports,
-)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

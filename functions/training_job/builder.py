@@ -19,9 +19,9 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions.common.contracts import metric_definitions
+from functions.common.debugger import PROFILER_RULE_DEFAULTS
 from functions.common.models import DatasetVersion
 from functions.training_job.config import JobConfig, S3Uri, encode_hyperparameter
-from functions.training_job.debugger import PROFILER_RULE_DEFAULTS
 from functions.training_job.errors import JobConfigurationError
 from functions.training_job.images import (
     processor_for,

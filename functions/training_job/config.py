@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from functions.training_job.debugger import PROFILER_REPORT, PROFILER_RULE_DEFAULTS
+from functions.common.debugger import PROFILER_REPORT, PROFILER_RULE_DEFAULTS, ProfilerRuleName
 from functions.training_job.errors import JobConfigFileError, JobConfigurationError
 from functions.training_job.images import DEFAULT_FRAMEWORK_VERSION, PYTORCH_PY_VERSIONS
 
@@ -47,18 +47,6 @@ MAX_HYPERPARAMETER_VALUE = 2500
 # parameters, and the trainer flags that say what to train on and how to launch.
 RESERVED_HYPERPARAMETERS = ("dataset-version", "backend")
 
-ProfilerRuleName = Literal[
-    "ProfilerReport",
-    "LowGPUUtilization",
-    "CPUBottleneck",
-    "IOBottleneck",
-    "StepOutlier",
-    "GPUMemoryIncrease",
-    "BatchSize",
-    "LoadBalancing",
-    "MaxInitializationTime",
-    "OverallSystemUsage",
-]
 DEFAULT_RULES: tuple[ProfilerRuleName, ...] = (
     "ProfilerReport",
     "LowGPUUtilization",

@@ -36,8 +36,3 @@ class TrainingRequestInvalidError(RetrainError):
 
 class JobConfigFileError(JobConfigurationError):
     """The job configuration file cannot be read or is not a JSON/YAML mapping."""
-
-
-class DebuggerResultsError(RetrainError):
-    """A DescribeTrainingJob response or a Debugger report file does not have the documented
-    shape, so its rule results cannot be normalised."""

@@ -19,11 +19,14 @@ same command again to finish it).
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 from urllib.parse import urlparse
 
 import boto3
@@ -95,15 +98,61 @@ RegionOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 
 
+@dataclass(frozen=True)
+class Connection:
+    """Where the data is, as a command's connection options name it (`_connect` resolves it)."""
+
+    stack: StackOption = None
+    endpoint_url: EndpointOption = None
+    bucket: BucketOption = None
+    ledger_table: LedgerOption = None
+    region: RegionOption = None
+
+    @property
+    def named(self) -> bool:
+        """The bucket, table or endpoint were named by hand, not found in a stack's outputs."""
+        return bool(self.endpoint_url or self.bucket or self.ledger_table)
+
+
+def connection_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The command with `Connection`'s fields as its options, where its `connection` parameter
+    stands, and called with them gathered into that one `Connection`.
+
+    Typer reads a command's options from its signature, so the options are declared once (the
+    fields above, with their names, environment variables and help) and every data command gets
+    the same ones, in the same place in its --help as it declares `connection`."""
+    signature = inspect.signature(command, eval_str=True)
+    annotations = inspect.get_annotations(Connection, eval_str=True)
+    options = [
+        inspect.Parameter(
+            field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=annotations[field.name]
+        )
+        for field in fields(Connection)
+    ]
+    parameters = list(signature.parameters.values())
+    at = [parameter.name for parameter in parameters].index("connection")
+    parameters[at : at + 1] = options
+
+    @functools.wraps(command)
+    def with_connection(*args: Any, **kwargs: Any) -> None:
+        connection = Connection(**{option.name: kwargs.pop(option.name) for option in options})
+        command(*args, connection=connection, **kwargs)
+
+    # Typer reads both: the signature for the parameters, the annotations for their types.
+    with_connection.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    with_connection.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
+    return with_connection
+
+
 def _fail(message: str, code: int) -> NoReturn:
     errors.print(f"[red]{message}[/red]", soft_wrap=True)
     raise typer.Exit(code)
 
 
-def _connect(
-    endpoint_url: str | None, bucket: str | None, table: str | None, region: str | None, stack: str | None = None
-) -> tuple[Ledger, S3Client, str]:
-    if stack or not (endpoint_url or bucket or table):
+def _connect(connection: Connection) -> tuple[Ledger, S3Client, str]:
+    stack, endpoint_url, region = connection.stack, connection.endpoint_url, connection.region
+    bucket, table = connection.bucket, connection.ledger_table
+    if stack or not connection.named:
         # No names given: the deployed stack named, or the offline one `retrain local up` runs.
         target = targets.connect(stack, region, errors)
         try:
@@ -161,20 +210,17 @@ def _signing(endpoint_url: str | None, region: str | None) -> tuple[boto3.sessio
 
 # ----------------------------------------------------------------- status --
 @app.command()
+@connection_options
 def status(
     *,
-    stack: StackOption = None,
-    endpoint_url: EndpointOption = None,
-    bucket: BucketOption = None,
-    ledger_table: LedgerOption = None,
-    region: RegionOption = None,
+    connection: Connection,
     as_json: JsonOption = False,
     batches: Annotated[int, typer.Option(min=0, help="Show the N most recently active batches (0: all).")] = 20,
     versions: Annotated[int, typer.Option(min=0, help="Show the N newest dataset versions (0: all).")] = 5,
 ) -> None:
     """Batches, their labels' trust and what became of their files, pairs waiting for a partner,
     the retraining lock, and the newest dataset versions."""
-    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    ledger, s3, name = _connect(connection)
     try:
         found = data_status(ledger, s3, name, batches=batches, versions=versions)
     except (ClientError, BotoCoreError) as error:
@@ -250,13 +296,10 @@ def _print_status(found: DataStatus) -> None:
 
 # ------------------------------------------------------------------ audit --
 @app.command(name="audit")
+@connection_options
 def audit_command(
     *,
-    stack: StackOption = None,
-    endpoint_url: EndpointOption = None,
-    bucket: BucketOption = None,
-    ledger_table: LedgerOption = None,
-    region: RegionOption = None,
+    connection: Connection,
     as_json: JsonOption = False,
     grace_seconds: Annotated[
         int,
@@ -271,7 +314,7 @@ def audit_command(
     fate in the ledger, that every ledger record names an object that is there, that every
     manifest line pins bytes with the sha256 it records, and that no duplicate-detection claim
     names an erased file. Reads only. Exit 0 clean, 1 discrepancies, 2 usage or connection error."""
-    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    ledger, s3, name = _connect(connection)
     try:
         with _hash_bar() as bar:
             report = audit(ledger, s3, name, grace_seconds=grace_seconds, progress=bar)
@@ -374,6 +417,7 @@ def _with_version(subject: str, version: str | None) -> str:
 
 # ------------------------------------------------------------------ purge --
 @app.command(name="purge")
+@connection_options
 def purge_command(
     keys: Annotated[
         list[str],
@@ -385,11 +429,7 @@ def purge_command(
         ),
     ],
     *,
-    stack: StackOption = None,
-    endpoint_url: EndpointOption = None,
-    bucket: BucketOption = None,
-    ledger_table: LedgerOption = None,
-    region: RegionOption = None,
+    connection: Connection,
     as_json: JsonOption = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be erased; change nothing.")] = False,
     wait: Annotated[
@@ -411,8 +451,8 @@ def purge_command(
     the retraining lock while it erases, so no dataset version is frozen meanwhile.
     Exit 0 done, 1 a KEY matched nothing or a run holds the lock (nothing changed), 2 usage error,
     3 cut short (run it again)."""
-    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
-    runs = _runs(state_machine_arn, endpoint_url, stack, region, named=bool(endpoint_url or bucket or ledger_table))
+    ledger, s3, name = _connect(connection)
+    runs = _runs(state_machine_arn, connection)
     seen: set[str] = set()
 
     def waiting(lock: LockRecord) -> None:
@@ -437,18 +477,17 @@ def purge_command(
     raise typer.Exit(1 if report.unmatched else 0)
 
 
-def _runs(
-    state_machine_arn: str | None, endpoint_url: str | None, stack: str | None, region: str | None, *, named: bool
-) -> Runs | None:
+def _runs(state_machine_arn: str | None, connection: Connection) -> Runs | None:
     """Step Functions, to ask whether the run holding the lock still runs: the state machine
     named, or the stack's (deployed, or the offline one when no names were given)."""
+    stack, endpoint_url, region = connection.stack, connection.endpoint_url, connection.region
     if state_machine_arn:
         session, credentials = _signing(endpoint_url, region)
         sfn = clients.make(
             "stepfunctions", session=session, endpoint_url=endpoint_url, config=CLI_CONFIG, credentials=credentials
         )
         return Runs(sfn, state_machine_arn)
-    if named and not stack:
+    if connection.named and not stack:
         return None
     try:
         # `_connect` resolved it a moment ago and said which: this look is silent.
@@ -516,18 +555,15 @@ ReasonOption = Annotated[
 
 
 @app.command()
+@connection_options
 def held(
     *,
-    stack: StackOption = None,
-    endpoint_url: EndpointOption = None,
-    bucket: BucketOption = None,
-    ledger_table: LedgerOption = None,
-    region: RegionOption = None,
+    connection: Connection,
     as_json: JsonOption = False,
 ) -> None:
     """Batches with pairs held out of every dataset version (by a run's screening or a person),
     with who decided, when and why; batches with released pairs; the team's benchmark."""
-    ledger, _, _ = _connect(endpoint_url, bucket, ledger_table, region, stack)
+    ledger, _, _ = _connect(connection)
     try:
         found = trust_overview(ledger)
     except (ClientError, BotoCoreError) as error:
@@ -596,22 +632,19 @@ def _are(count: int) -> str:
 
 
 @app.command()
+@connection_options
 def release(
     batch: BatchArgument,
     *,
     reason: ReasonOption = None,
-    stack: StackOption = None,
-    endpoint_url: EndpointOption = None,
-    bucket: BucketOption = None,
-    ledger_table: LedgerOption = None,
-    region: RegionOption = None,
+    connection: Connection,
 ) -> None:
     """Let a batch's held pairs in (their labels are right after all): the next run trains on
     them; they are still screened and reported, and never held again automatically. Requires
     --reason; you are recorded as the one who decided. Exit 1: no such batch, or no held pair."""
     why = _reason(reason)
-    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
-    by = _caller(endpoint_url, region, stack, named=bool(endpoint_url or bucket or ledger_table))
+    ledger, s3, name = _connect(connection)
+    by = _caller(connection)
     change = _change(lambda: release_batch(ledger, batch, reason=why, by=by))
     _rewrite_report(ledger, s3, name, batch)
     console.print(
@@ -629,23 +662,20 @@ def release(
 
 
 @app.command()
+@connection_options
 def hold(
     batch: BatchArgument,
     *,
     reason: ReasonOption = None,
-    stack: StackOption = None,
-    endpoint_url: EndpointOption = None,
-    bucket: BucketOption = None,
-    ledger_table: LedgerOption = None,
-    region: RegionOption = None,
+    connection: Connection,
 ) -> None:
     """Hold a batch's current pairs by hand: every dataset version from the next run on leaves
     them out, until their labels are fixed (a new label is a new pair, screened again) or they
     are released or purged. Pairs added later are new, and screened. Requires --reason; you are
     recorded as the one who decided. Exit 1: no such batch, every pair held already, or a benchmark."""
     why = _reason(reason)
-    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
-    by = _caller(endpoint_url, region, stack, named=bool(endpoint_url or bucket or ledger_table))
+    ledger, s3, name = _connect(connection)
+    by = _caller(connection)
     change = _change(lambda: hold_batch(ledger, batch, reason=why, by=by))
     _rewrite_report(ledger, s3, name, batch)
     console.print(
@@ -663,6 +693,7 @@ def hold(
 
 
 @app.command()
+@connection_options
 def benchmark(
     batch: BatchArgument,
     *,
@@ -677,11 +708,7 @@ def benchmark(
     undo: Annotated[
         bool, typer.Option("--undo", help="Make a batch's benchmark pairs new again (screened, trained on).")
     ] = False,
-    stack: StackOption = None,
-    endpoint_url: EndpointOption = None,
-    bucket: BucketOption = None,
-    ledger_table: LedgerOption = None,
-    region: RegionOption = None,
+    connection: Connection,
 ) -> None:
     """Name a batch's current pairs the team's benchmark: never trained on, always in the quality
     gate, from the next run on. Only trusted pairs (screened and passed by an independent
@@ -689,8 +716,8 @@ def benchmark(
     decided. Exit 1: no such batch, a held pair (release it first), pairs not trusted without
     --checked-by-hand, or a benchmark already (with --undo: it is not one)."""
     why = _reason(reason)
-    ledger, s3, name = _connect(endpoint_url, bucket, ledger_table, region, stack)
-    by = _caller(endpoint_url, region, stack, named=bool(endpoint_url or bucket or ledger_table))
+    ledger, s3, name = _connect(connection)
+    by = _caller(connection)
     if undo:
         undone = _change(lambda: undo_benchmark(ledger, batch, reason=why, by=by))
         _rewrite_report(ledger, s3, name, batch)
@@ -730,11 +757,12 @@ def _reason(reason: str | None) -> str:
     return reason.strip()
 
 
-def _caller(endpoint_url: str | None, region: str | None, stack: str | None, *, named: bool) -> str:
+def _caller(connection: Connection) -> str:
     """Who runs the command, as AWS knows them (STS GetCallerIdentity, which any credentials may
     call): recorded with every trust decision. The same stack or endpoint as `_connect`."""
+    stack, endpoint_url, region = connection.stack, connection.endpoint_url, connection.region
     try:
-        if named and not stack:
+        if connection.named and not stack:
             session, credentials = _signing(endpoint_url, region)
             sts: STSClient = clients.make(
                 "sts", session=session, endpoint_url=endpoint_url, config=CLI_CONFIG, credentials=credentials

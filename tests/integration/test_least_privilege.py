@@ -1,7 +1,7 @@
 """Least privilege, from the calls themselves: a drop played through intake, trigger, the state
 machine, training, evaluation, notification and a sweep, with every AWS call each function makes
 recorded and checked against that function's statements in template.yaml, as IAM would on AWS.
-Every grant retrain/ops/permissions.py declares must be used by some call, or be in NOT_REACHED
+Every grant tests/permissions.py declares must be used by some call, or be in NOT_REACHED
 with the reason this run cannot reach it."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from retrain.local.cloudformation import stack as stack_module
 from retrain.local.cloudformation.resources import ResourceBuilder
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from retrain.local.cloudformation.template import Resolver, load_template
-from retrain.ops.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS
 from tests import iam
 from tests.integration.aws_calls import CallRecorder, needs
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import Pair, bad_label, scene, upload, upload_pair
 from tests.integration.runs import drop_with_validation, run_to_end
+from tests.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS
 from tests.unit.test_permissions import EVIDENCE_SIDS
 
 pytestmark = pytest.mark.slow(seconds=15)  # the longest test here, on 2 cores

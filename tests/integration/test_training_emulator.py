@@ -29,10 +29,10 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from functions.common.contracts import MetricsFile
+from functions.common.debugger import normalise_debugger_results, read_profiler_reports
 from functions.common.rules import RulesFile
 from functions.common.service_model import service_side_problems
 from functions.training_job.builder import TrainingRun, build_training_job_request
-from functions.training_job.debugger import normalise_debugger_results, read_profiler_reports
 from retrain.local.endpoint.emulators import EmulatedServiceError, EmulatorRegistry
 from retrain.local.sagemaker.container import plan_processes
 from retrain.local.sagemaker.debugger import PROFILER_REPORT_RULES

@@ -15,8 +15,8 @@ import pytest
 
 from functions.training_job.images import DEBUGGER_RULE_ACCOUNTS, PYTORCH_TRAINING_ACCOUNTS
 from retrain.local.cloudformation.template import TemplateError
-from retrain.ops.permissions import PERMISSIONS
 from tests import iam
+from tests.permissions import PERMISSIONS
 
 ADMIN = f"arn:aws:iam::{iam.ACCOUNT}:role/Administrator"
 AUDITOR = f"arn:aws:iam::{iam.ACCOUNT}:role/Auditor"
@@ -161,7 +161,7 @@ WRITTEN_ONCE = {"s3:if-none-match": "*"}
 
 
 def test_every_role_the_permissions_send_to_the_images_gets_there_and_no_other(body: dict[str, Any]) -> None:
-    """The bucket policy's exemptions and retrain/ops/permissions.py agree: whatever a role is
+    """The bucket policy's exemptions and tests/permissions.py agree: whatever a role is
     granted under the protected prefixes, the Deny lets it do from outside the endpoint; a role
     granted nothing there is refused (on AWS only: moto leaves conditional Denies out)."""
     policy = data_bucket_policy(body)
@@ -256,7 +256,7 @@ def test_the_account_administers_the_key_and_only_the_stacks_roles_use_it(body: 
         assert not iam.allowed_by(policy, ADMIN, iam.Need(action, key, through_s3())), (
             f"an administrator's IAM is enough for {action}: the images are readable by anyone IAM lets decrypt"
         )
-    # Every role retrain/ops/permissions.py grants the key may use it, as declared; the others may not.
+    # Every role tests/permissions.py grants the key may use it, as declared; the others may not.
     for logical_id in roles(body):
         principal = stack_role(body, logical_id)
         uses = [

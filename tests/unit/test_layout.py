@@ -4,6 +4,9 @@
   longer loop, whether the import is at the top of the module or inside a function;
 - `functions/` holds what the Lambda packages import and nothing else: every module there is
   reached from some handler (`functions/<name>/app.py`) by imports;
+- a function's folder imports no other function's folder: what two functions share lives in a
+  shared folder (`common/`, `data/`, `validation/`), and only the composition root
+  (`functions/wiring.py`) puts functions together;
 - handlers are short and modules small enough to read: every `lambda_handler` at most 20 lines,
   no module in `functions/` over 450 lines, `trainer/train.py` at most 700;
 - `retrain/local/` is grouped by what each part plays (`cloudformation/`, `lambda_runtime/`,
@@ -23,6 +26,11 @@ HANDLER_MAX_LINES = 20
 FUNCTIONS_MODULE_MAX_LINES = 450
 TRAIN_MAX_LINES = 700
 LOCAL_LOOSE_MAX = 3
+# Folders of functions/ that hold no handler and that every function may import: the common
+# vocabulary, the data layer, and the pair checks the intake, the sweeper, the data layer and
+# `retrain validate` share. Every other folder is one function's (it has an `app.py`).
+SHARED_FOLDERS = frozenset({"common", "data", "validation"})
+COMPOSITION_ROOT = "functions.wiring"
 
 
 def _modules() -> dict[str, Path]:
@@ -129,6 +137,62 @@ def test_functions_holds_only_what_a_lambda_imports() -> None:
         todo.extend(".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in MODULES)
     unreached = sorted(n for n in MODULES if n.startswith("functions") and n not in reached)
     assert not unreached, f"modules in functions/ that no Lambda imports (operator tools go to retrain/): {unreached}"
+
+
+def _folder(module: str) -> str | None:
+    """The folder of functions/ a module is in, or is (a package's __init__); None for the
+    modules at the top of functions/ (functions/__init__, the composition root)."""
+    parts = module.split(".")
+    if parts[0] != "functions" or len(parts) < 2 or module == COMPOSITION_ROOT:
+        return None
+    return parts[1]
+
+
+def _crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of one function's folder from another's, or from a shared folder into a function's."""
+    found = []
+    for name, imported in sorted(graph.items()):
+        if name == COMPOSITION_ROOT or not name.startswith("functions."):
+            continue
+        here = _folder(name)
+        for target in sorted(imported):
+            there = _folder(target)
+            if there is not None and there != here and there not in SHARED_FOLDERS:
+                found.append(f"{name} -> {target}")
+    return found
+
+
+def test_every_folder_of_functions_is_a_function_or_shared() -> None:
+    folders = {path.parent.name for path in (ROOT / "functions").glob("*/__init__.py")}
+    handlers = {path.parent.name for path in (ROOT / "functions").glob("*/app.py")}
+    assert not SHARED_FOLDERS - folders, f"shared folders that are gone: {sorted(SHARED_FOLDERS - folders)}"
+    assert not SHARED_FOLDERS & handlers, f"shared folders with a handler: {sorted(SHARED_FOLDERS & handlers)}"
+    unsorted = sorted(folders - handlers - SHARED_FOLDERS)
+    assert not unsorted, f"folders with no app.py that are not in SHARED_FOLDERS: {unsorted}"
+
+
+def test_no_function_imports_another_functions_folder() -> None:
+    crossings = _crossings(_graph())
+    assert not crossings, (
+        "a function's folder imports another's (move what both need to functions/common/, or put them "
+        "together in functions/wiring.py):\n" + "\n".join(crossings)
+    )
+
+
+def test_the_crossing_finder_finds_a_crossing() -> None:
+    # The check above must be able to fail; the composition root and the shared folders may be imported.
+    graph = {
+        "functions.evaluate_run.logic": {"functions.training_job.debugger", "functions.common.rules"},
+        "functions.intake.app": {"functions.wiring", "functions.validation"},
+        "functions.common.rules": {"functions.notify.render"},
+        "functions.sweeper.logic": {"functions.notify"},
+        "functions.wiring": {"functions.notify.logic"},
+    }
+    assert _crossings(graph) == [
+        "functions.common.rules -> functions.notify.render",
+        "functions.evaluate_run.logic -> functions.training_job.debugger",
+        "functions.sweeper.logic -> functions.notify",
+    ]
 
 
 def test_every_handler_is_short() -> None:

@@ -1,5 +1,5 @@
 """Least privilege, statically: template.yaml grants every function and role exactly what
-retrain/ops/permissions.py declares, nothing forbidden anywhere, and the conditions that confine
+tests/permissions.py declares, nothing forbidden anywhere, and the conditions that confine
 training jobs hold. The calls the functions really make are checked against the same statements
 in tests/integration/test_least_privilege.py."""
 
@@ -15,8 +15,8 @@ import pytest
 
 from retrain.local.cloudformation.resources import substitute_definition
 from retrain.local.cloudformation.template import Resolver
-from retrain.ops.permissions import PERMISSIONS
 from tests import iam
+from tests.permissions import PERMISSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 

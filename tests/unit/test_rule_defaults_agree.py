@@ -1,11 +1,18 @@
-"""Debugger's rule defaults are written twice, and the two tables must agree.
+"""The one guard that the two profiling back ends judge Debugger's rules with the same numbers.
 
-`functions/training_job/debugger.py` holds what a job request sends for each built-in profiler
-rule (as the SageMaker SDK v2 does, checked in `training_job/test_sdk_parity.py`), and
-`trainer/profiling/rules.py` the defaults the built-in back end evaluates the same rules with. The
-trainer imports nothing from `functions/`, so the table is copied; this test is what keeps the
-copy honest. Only the rules both cover are compared: ProfilerReport exists only in the request,
-and the trainer's own rules (DataStall, LossNotDecreasing, Dataloader) only in the trainer.
+Each back end declares the defaults once, and they cannot share a module:
+- `functions/common/debugger.py` (`PROFILER_RULE_DEFAULTS`) is what a `debugger` job's request
+  sends for each built-in profiler rule (as the SageMaker SDK v2 does, checked in
+  `training_job/test_sdk_parity.py`); it is in the Lambda package, which must not carry
+  `trainer/` (`FORBIDDEN_MODULES` in `retrain/lambda_package.py`);
+- `trainer/profiling/rules.py` (`DEFAULTS`) is what the `builtin` back end evaluates the same
+  rules with; the trainer ships alone (`sourcedir.tar.gz` holds `trainer/` only, see
+  `retrain/package.py`), so it imports nothing from `functions/`.
+
+So the numbers are written twice, and this test is what keeps them equal: change one table, and
+it fails until the other says the same (or `KNOWN_DIFFERENCES` says why not). Only the rules both
+cover are compared: ProfilerReport exists only in the request, and the trainer's own rules
+(DataStall, LossNotDecreasing, Dataloader) only in the trainer.
 
 The shapes differ in two ways, adapted here rather than in either file:
 - the request stores every value as the string the API takes; the trainer stores numbers (and
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import pytest
 
-from functions.training_job.debugger import PROFILER_RULE_DEFAULTS
+from functions.common.debugger import PROFILER_RULE_DEFAULTS
 from trainer.profiling import rules
 
 SCAN_INTERVAL = "scan_interval_us"
@@ -67,7 +74,7 @@ def test_the_trainer_defaults_a_rule_as_the_job_request_does(rule: str) -> None:
     unexplained = {name: pair for name, pair in _differences(rule).items() if (rule, name) not in KNOWN_DIFFERENCES}
     assert not unexplained, "; ".join(
         f"{rule}.{name}: trainer/profiling/rules.py has {_shown(trainer)}, "
-        f"functions/training_job/debugger.py has {_shown(request)}"
+        f"functions/common/debugger.py has {_shown(request)}"
         for name, (trainer, request) in unexplained.items()
     )
 
@@ -85,6 +92,6 @@ def test_the_known_differences_still_exist() -> None:
 def test_the_request_scans_a_rule_as_often_as_the_trainer(rule: str) -> None:
     sent = PROFILER_RULE_DEFAULTS[rule][SCAN_INTERVAL]
     assert float(sent) / 1_000_000 == rules.SCAN_INTERVAL_SECONDS, (
-        f"{rule}.{SCAN_INTERVAL}: functions/training_job/debugger.py sends {sent!r} microseconds, "
+        f"{rule}.{SCAN_INTERVAL}: functions/common/debugger.py sends {sent!r} microseconds, "
         f"trainer/profiling/rules.py scans every {rules.SCAN_INTERVAL_SECONDS} s"
     )

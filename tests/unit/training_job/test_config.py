@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
+from functions.common.debugger import PROFILER_RULE_DEFAULTS, ProfilerRuleName
 from functions.training_job.config import (
     DEFAULT_RULES,
     JobConfig,
@@ -89,6 +90,11 @@ def test_the_default_rules_are_the_designs_five() -> None:
         "StepOutlier",
     )
     assert config.profiling == "builtin", "Debugger is opt-in: closed to new AWS customers"
+
+
+def test_every_rule_a_configuration_may_name_has_its_defaults() -> None:
+    # The names are written out for the configuration's type; the table is what a request sends.
+    assert set(get_args(ProfilerRuleName)) == set(PROFILER_RULE_DEFAULTS)
 
 
 def test_the_default_image_is_the_newest_aws_publishes_in_the_table() -> None:

@@ -13,13 +13,13 @@ import pytest
 from botocore.validate import ParamValidator
 from moto import mock_aws
 
-from functions.common.rules import RuleResult, RulesFile, parse_rules_file
-from functions.training_job.debugger import (
+from functions.common.debugger import (
     EVIDENCE_ITEMS,
     normalise_debugger_results,
     read_profiler_reports,
 )
-from functions.training_job.errors import DebuggerResultsError
+from functions.common.errors import DebuggerResultsError
+from functions.common.rules import RuleResult, RulesFile, parse_rules_file
 
 from .helpers import EVENTS, load_sagemaker_event, profiler_reports
 

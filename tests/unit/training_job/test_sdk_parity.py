@@ -30,6 +30,7 @@ import boto3
 import pytest
 
 from functions.common.contracts import metric_definitions
+from functions.common.debugger import PROFILER_RULE_DEFAULTS
 from functions.training_job.builder import (
     TRAIN_CHANNEL,
     TrainingRun,
@@ -38,7 +39,6 @@ from functions.training_job.builder import (
     training_job_name,
 )
 from functions.training_job.config import JobConfig
-from functions.training_job.debugger import PROFILER_RULE_DEFAULTS
 from functions.training_job.errors import JobConfigurationError
 
 from .helpers import BUCKET, RUN, job_config

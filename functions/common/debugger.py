@@ -13,6 +13,9 @@ How statuses are read (DescribeTrainingJob's `ProfilerRuleEvaluationStatuses`):
   a file but no evaluation of their own are listed too, with a verdict from their file once
   ProfilerReport has finished (`RuleTriggered > 0` is IssuesFound), and ProfilerReport's own status
   while it is still InProgress, Stopping, Stopped or in Error (their files are then partial).
+
+Shared by two functions, so it lives in `common/`: TrainingJob requests the rules (config.py and
+builder.py read the table), EvaluateRun reads their results.
 """
 
 from __future__ import annotations
@@ -20,22 +23,38 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from functions.common.errors import DebuggerResultsError
 from functions.common.prefixes import split_s3_uri
 from functions.common.rules import RuleResult, RulesFile, RuleStatus
-from functions.training_job.errors import DebuggerResultsError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-PROFILER_REPORT = "ProfilerReport"
+PROFILER_REPORT: Final = "ProfilerReport"
 
+# The built-in profiler rules a job configuration may name: exactly the keys of the table below
+# (a test checks it), written out because a Literal type cannot be built from the table.
+ProfilerRuleName = Literal[
+    "ProfilerReport",
+    "LowGPUUtilization",
+    "CPUBottleneck",
+    "IOBottleneck",
+    "StepOutlier",
+    "GPUMemoryIncrease",
+    "BatchSize",
+    "LoadBalancing",
+    "MaxInitializationTime",
+    "OverallSystemUsage",
+]
 _SCAN = {"scan_interval_us": "60000000"}
-# Parameters the SDK v2 sends for each built-in profiler rule (values as the API takes them).
-PROFILER_RULE_DEFAULTS: dict[str, dict[str, str]] = {
+# Parameters the SDK v2 sends for each built-in profiler rule (values as the API takes them): the
+# only copy on the functions' side. The built-in back end's are in trainer/profiling/rules.py,
+# which cannot import this (tests/unit/test_rule_defaults_agree.py keeps the two in step).
+PROFILER_RULE_DEFAULTS: dict[ProfilerRuleName, dict[str, str]] = {
     PROFILER_REPORT: {},
     "LowGPUUtilization": {
         "threshold_p95": "70",

@@ -6,6 +6,10 @@ retraining run must be allowed by the template's statements of the function that
 (tests/integration/test_least_privilege.py). A new call in a function's code therefore fails a
 test until it is added here and to the template, with its reason.
 
+Only the tests read this (with `tests/iam.py`, the IAM model they check it with), so it lives
+beside them and ships in no package; `make typecheck` still checks it, as a grant's tuples are
+easy to get wrong (a missing comma makes a string).
+
 Resources are written with placeholders, filled in from the template by the tests:
 
     {bucket}              arn:aws:s3:::<data bucket>            (objects: {bucket}/<prefix>*)
