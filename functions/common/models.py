@@ -20,10 +20,16 @@ from pydantic import (
 
 from functions.common import prefixes
 
-# StartExecution names: 1-80 characters, none of whitespace or <>{}[]?*"#%\^|~`$&,;:/ (the
-# dataset version is the execution name, so it must be a valid one).
+# StartExecution names: 1-80 characters, none of whitespace or <>{}[]?*"#%\^|~`$&,;:/.
 _EXECUTION_NAME = r"^[^\s<>{}\[\]?*\"#%\\^|~`$&,;:/]{1,80}$"
+# Three names that are often the same string and must not be taken for one another:
+# - a dataset version (`ds-<time>-<hash>`, its manifest `manifests/<version>.jsonl`): what a run
+#   trains on; the trigger names a new run after its version, so it must be a valid run name too;
+# - a run's name: its execution's name, its reports' folder and its lock's holder; a rerun
+#   (`<version>-rerun-<time>`) or a manual start trains on a version under another name;
+# - a lock's holder: a run's name, or a purge's (`purge:<time>-<random>`, never an execution).
 DatasetVersion = Annotated[str, StringConstraints(pattern=_EXECUTION_NAME)]
+RunName = Annotated[str, StringConstraints(pattern=_EXECUTION_NAME)]
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 

@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from functions.common.errors import InvalidEventError, InvalidRunInputError
-from functions.common.models import DatasetVersion, JobState, RunContext, RunState, SyncState
+from functions.common.models import DatasetVersion, JobState, RunContext, RunName, RunState, SyncState
 
 
 def _problems(error: ValidationError) -> str:
@@ -34,7 +34,7 @@ class RunInput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     dataset_version: DatasetVersion
-    execution: DatasetVersion | None = None  # $$.Execution.Name: the run's name
+    execution: RunName | None = None  # $$.Execution.Name: the run's name
     execution_arn: str | None = None  # $$.Execution.Id: links to the execution
     started_at: datetime | None = None  # $$.Execution.StartTime
 
@@ -180,8 +180,9 @@ class TriggerInput(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     action: Literal["look", "release"] = "look"
-    holder: DatasetVersion | None = None
+    holder: RunName | None = None  # the run whose lock a release frees
     source: str = "unknown"
+    time: datetime | None = None  # when a kick was sent
 
     @model_validator(mode="after")
     def _release_names_its_holder(self) -> Self:
@@ -204,6 +205,6 @@ class TriggerOutcome(BaseModel):
     """What the trigger answers: the run it started, why (not), and for a release whether this
     call freed the holder's lock (the one caller that did tells the team how the run ended)."""
 
-    started: str | None  # the execution started, if any
+    started: RunName | None  # the run started, if any
     reason: str
     released: bool | None = None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
+
+from functions.common.requests import TriggerInput
 
 if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
@@ -23,5 +24,5 @@ class TriggerKick:
         self.lambda_client.invoke(
             FunctionName=self.function_name,
             InvocationType="Event",
-            Payload=json.dumps({"source": reason, "time": datetime.now(UTC).isoformat()}).encode(),
+            Payload=TriggerInput(source=reason, time=datetime.now(UTC)).model_dump_json(exclude_defaults=True).encode(),
         )

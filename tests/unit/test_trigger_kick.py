@@ -4,9 +4,11 @@ trigger function to kick waits for the trigger's schedule."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 from botocore.stub import ANY
 
+from functions.common.requests import TriggerInput
 from functions.trigger.kick import TriggerKick
 from tests.unit.fakes import stubbed
 
@@ -29,7 +31,10 @@ def test_the_kick_says_the_reason_and_the_time() -> None:
     TriggerKick(Recorder(), "retrain-TriggerFunction")("quiet batches closed")  # type: ignore[arg-type]
 
     payload = json.loads(sent[0]["Payload"])  # type: ignore[arg-type]
-    assert payload["source"] == "quiet batches closed" and payload["time"].endswith("+00:00")
+    assert payload["source"] == "quiet batches closed"
+    sent_at = datetime.fromisoformat(payload["time"])
+    assert sent_at.utcoffset() == timedelta(0), "in UTC"
+    assert TriggerInput.parse(payload) == TriggerInput(source="quiet batches closed", time=sent_at), "what it reads"
 
 
 def test_without_a_trigger_function_nothing_is_invoked() -> None:
