@@ -1,4 +1,4 @@
-"""The one place that knows the data bucket's layout (DESIGN.md section 3).
+"""The one place that knows the data bucket's layout (docs/intake.md; docs/architecture.md says where new keys go).
 
 ```
 incoming/<batch>/images|labels/<file>        what annotators upload (the notification prefix)

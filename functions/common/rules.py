@@ -1,6 +1,6 @@
 """`rules.json`: the profiler rule verdicts of one training run, whichever back end produced them.
 
-Two back ends write this file (DESIGN.md section 6):
+Two back ends write this file (docs/profiling.md; docs/architecture.md, "Three things called rule"):
 
 - `builtin`: the trainer evaluates Debugger's rule definitions on its own samples and writes
   `rules.json` with its output (it imports nothing from here: it writes plain JSON, and a test

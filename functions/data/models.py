@@ -19,7 +19,7 @@ from functions.validation import FileCheck, Reason, Role
 
 
 class FileStatus(StrEnum):
-    """The one fate every uploaded object version ends in (DESIGN.md section 3)."""
+    """The one fate every uploaded object version ends in (docs/intake.md)."""
 
     PENDING = "pending"  # valid on its own, waiting for its partner
     CURATED = "curated"
@@ -118,7 +118,7 @@ class BatchRecord(BaseModel):
 
 
 class Trust(StrEnum):
-    """How far one pair's labels are trusted (DESIGN.md section 3, data trust), for its content:
+    """How far one pair's labels are trusted (docs/screening.md, "Earning trust from the start"), for its content:
     a pair without a verdict for its digest is new, whatever its batch's other pairs are."""
 
     TRUSTED = "trusted"  # an independent screening passed it: it judges the gate and calibrates screening

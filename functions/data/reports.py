@@ -1,7 +1,7 @@
 """The batch report: what became of every file of a batch, as JSON for machines and Markdown
 for the annotation team. Written to reports/batches/<batch>/, outside the notification prefix.
 
-Its trust part is per pair content (DESIGN.md section 3, data trust): how many of the batch's
+Its trust part is per pair content (docs/screening.md, "Earning trust from the start"): how many of the batch's
 curated pairs are held, released, benchmark, trusted or new, the last decisions over them (a run's
 screening, or a named person), and the pairs the team should relabel, worst first, each with its
 picture beside the report (`fix/<n>.png`, copied there by the evaluation).

@@ -1,4 +1,4 @@
-"""Which pairs' labels are trusted, and a person's say over it (DESIGN.md section 3, data trust).
+"""Which pairs' labels are trusted, and a person's say over it (docs/screening.md, "Earning trust from the start").
 
 Trust belongs to pair contents (`contracts.pair_digest`), never to a batch's name: the ledger keeps
 one trust item per batch with a verdict for each pair content judged (`functions/data/ledger_trust.py`).
