@@ -20,7 +20,6 @@ a new pair) or a person releases it, and it starts nothing.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,7 +31,7 @@ from botocore.exceptions import ClientError
 from functions.common import prefixes
 from functions.common.contracts import ManifestEntry, dump_manifest, split_for, team_of
 from functions.common.errors import DatasetVersionNotFoundError
-from functions.common.requests import TriggerInput, TriggerOutcome
+from functions.common.requests import RunInput, TriggerInput, TriggerOutcome
 from functions.common.settings import LOCK_TTL_SECONDS
 from functions.common.taxonomy import Taxonomy
 from functions.data.ledger import Ledger
@@ -191,7 +190,7 @@ class Trigger:
             self.sfn.start_execution(
                 stateMachineArn=self.state_machine_arn,
                 name=name,
-                input=json.dumps({"dataset_version": version}),
+                input=RunInput(dataset_version=version).model_dump_json(exclude_none=True),
             )
         except ClientError as error:
             # Same name and input while running succeeds on AWS; anything else is a real error.
