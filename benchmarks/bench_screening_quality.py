@@ -46,10 +46,10 @@ sys.path.insert(0, str(ROOT))
 
 from retrain import label_errors  # noqa: E402
 from retrain.synth import draw_scene, write_scenes  # noqa: E402
+from trainer.flags import CITYSCAPES_CLASSES  # noqa: E402
 from trainer.screening.phase import Screener, load_model  # noqa: E402
 from trainer.screening.rule import CalibrationBuilder, Rule, calibrate, count_pair, judge_batch  # noqa: E402
 from trainer.screening.verdicts import HELD, INDEPENDENT, BatchCase, decide  # noqa: E402
-from trainer.train import CITYSCAPES_CLASSES  # noqa: E402
 
 CLASSES = CITYSCAPES_CLASSES.split(",")
 SIZE = (256, 128)
