@@ -2,9 +2,9 @@
 
 `functions/training_job/debugger.py` holds what a job request sends for each built-in profiler
 rule (as the SageMaker SDK v2 does, checked in `training_job/test_sdk_parity.py`), and
-`trainer/profiling/rules.py` the defaults the built-in back end evaluates the same rules with. The
-trainer imports nothing from `functions/`, so the table is copied; this test is what keeps the
-copy honest. Only the rules both cover are compared: ProfilerReport exists only in the request,
+`trainer/profiling/rules/common.py` the defaults the built-in back end evaluates the same rules
+with. The trainer imports nothing from `functions/`, so the table is copied; this test is what
+keeps the copy honest. Only the rules both cover are compared: ProfilerReport exists only in the request,
 and the trainer's own rules (DataStall, LossNotDecreasing, Dataloader) only in the trainer.
 
 The shapes differ in two ways, adapted here rather than in either file:
@@ -66,7 +66,7 @@ def test_both_tables_have_rules_in_common() -> None:
 def test_the_trainer_defaults_a_rule_as_the_job_request_does(rule: str) -> None:
     unexplained = {name: pair for name, pair in _differences(rule).items() if (rule, name) not in KNOWN_DIFFERENCES}
     assert not unexplained, "; ".join(
-        f"{rule}.{name}: trainer/profiling/rules.py has {_shown(trainer)}, "
+        f"{rule}.{name}: trainer/profiling/rules/common.py has {_shown(trainer)}, "
         f"functions/training_job/debugger.py has {_shown(request)}"
         for name, (trainer, request) in unexplained.items()
     )
@@ -86,5 +86,5 @@ def test_the_request_scans_a_rule_as_often_as_the_trainer(rule: str) -> None:
     sent = PROFILER_RULE_DEFAULTS[rule][SCAN_INTERVAL]
     assert float(sent) / 1_000_000 == rules.SCAN_INTERVAL_SECONDS, (
         f"{rule}.{SCAN_INTERVAL}: functions/training_job/debugger.py sends {sent!r} microseconds, "
-        f"trainer/profiling/rules.py scans every {rules.SCAN_INTERVAL_SECONDS} s"
+        f"trainer/profiling/rules/common.py scans every {rules.SCAN_INTERVAL_SECONDS} s"
     )
