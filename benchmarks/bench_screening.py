@@ -34,9 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 from retrain.synth import default_version, write_scenes  # noqa: E402
 from trainer.data import SegmentationDataset, parse_size, read_manifest, to_device  # noqa: E402
+from trainer.flags import CITYSCAPES_CLASSES  # noqa: E402
 from trainer.model import BiSeNetV2, SegmentationLoss  # noqa: E402
-from trainer.screening.phase import Basis, Screener, Settings, screen_version  # noqa: E402
-from trainer.train import CITYSCAPES_CLASSES  # noqa: E402
+from trainer.screening.phase import Basis, Settings, screen_version  # noqa: E402
+from trainer.screening.screener import Screener  # noqa: E402
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ of 256x128, about 6 minutes here; cached under `.bench-cache/`, `--retrain` trai
 judges synthetic batches whose every pair's corruption is known, calibrated on clean validation
 pairs it never trained on (an independent calibration, as with a trusted set). For each kind and
 severity and each seed, a batch of `--pairs` pairs goes through the same code a run uses
-(`trainer/screening/rule.py` and `verdicts.py`, the model's probabilities from `phase.Screener`);
+(`trainer/screening/rule.py` and `verdicts.py`, the model's probabilities from `screener.Screener`);
 the table gives, over the seeds, the share of batches held, the share caught (held, or at least
 80 % of its bad pairs left out), pair-level precision and recall of the contradicted pairs
 against the truly corrupted ones, and how many pairs per batch were contradicted ("left out").
@@ -46,10 +46,11 @@ sys.path.insert(0, str(ROOT))
 
 from retrain import label_errors  # noqa: E402
 from retrain.synth import draw_scene, write_scenes  # noqa: E402
-from trainer.screening.phase import Screener, load_model  # noqa: E402
+from trainer.flags import CITYSCAPES_CLASSES  # noqa: E402
+from trainer.screening.phase import load_model  # noqa: E402
 from trainer.screening.rule import CalibrationBuilder, Rule, calibrate, count_pair, judge_batch  # noqa: E402
+from trainer.screening.screener import Screener  # noqa: E402
 from trainer.screening.verdicts import HELD, INDEPENDENT, BatchCase, decide  # noqa: E402
-from trainer.train import CITYSCAPES_CLASSES  # noqa: E402
 
 CLASSES = CITYSCAPES_CLASSES.split(",")
 SIZE = (256, 128)

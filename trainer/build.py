@@ -1,6 +1,6 @@
 """From the flags to the run's parts: checked flags, datasets, loaders, model and optimiser.
 
-`train.py` calls these in order; each raises SystemExit with a message that names the flag to
+`run_setup.py` calls these in order; each raises SystemExit with a message that names the flag to
 change when the flags cannot make a run.
 """
 

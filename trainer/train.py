@@ -20,8 +20,9 @@ default) every step also lands in `profile/steps/rank<r>.jsonl`, one sampler per
 `profile/system/<host>.jsonl`, and at the end rank 0 writes `rules.json` and `report.html` beside
 `metrics.json` (`profiling/`); a rule named in `--stop-on-rule` stops every rank cleanly.
 
-This file is the run, top to bottom: `get_args_parser`, `train`, `train_one_epoch`, `evaluate`.
-Beside it, `build.py` turns the flags into datasets, loaders, model and optimiser,
+This file is the run, top to bottom: `train` (set up, the epochs, the finish), `train_one_epoch`,
+`evaluate`. Beside it, `flags.py` holds the flags (`get_args_parser`), `run_setup.py` sets the run
+up before its first step, `build.py` turns the flags into datasets, loaders, model and optimiser,
 `checkpoint.py` saves and resumes the run, and `metrics.py` sums each epoch up into `metrics.json`.
 """
 
@@ -32,8 +33,6 @@ import contextlib
 import importlib.util
 import itertools
 import logging
-import os
-import random
 import sys
 import time
 import traceback
@@ -53,245 +52,30 @@ if not __package__:
     sys.modules["trainer"] = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(sys.modules["trainer"])
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from trainer import (
-    build,
     checkpoint,
     checksums,
     distributed,
-    lineage,
     metrics,
     precision,
+    run_setup,
     stopping,
     timing,
 )
-from trainer.checkpoint import Checkpointer, RunState
-from trainer.data import DEFAULT_JITTER, EpochLayout, class_weights, to_device
-from trainer.decode import DECODERS
-from trainer.metrics import ConfusionMatrix, EpochProgress, metric_line
+from trainer.data import to_device
+from trainer.flags import get_args_parser  # the entry point's; tests import it from here too
+from trainer.metrics import ConfusionMatrix, EpochProgress
 from trainer.model import SegmentationLoss
-from trainer.profiling import flags as profiling_flags
 from trainer.profiling.session import Profiler
 from trainer.screening import phase as screening_phase
 from trainer.screening import scores
 
 log = logging.getLogger("trainer")
-
-# The 19 Cityscapes training classes. The trainer imports nothing from functions/, so the default
-# taxonomy is repeated here; a test checks that the two lists agree.
-CITYSCAPES_CLASSES = (
-    "road,sidewalk,building,wall,fence,pole,traffic light,traffic sign,vegetation,terrain,sky,"
-    "person,rider,car,truck,bus,train,motorcycle,bicycle"
-)
-
-
-def str2bool(text: str) -> bool:
-    """SageMaker passes every hyperparameter as a string: "true", "True", "1" and the opposites."""
-    value = text.strip().lower()
-    if value in {"true", "1", "yes", "y", "on"}:
-        return True
-    if value in {"false", "0", "no", "n", "off"}:
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _flag(group: argparse._ArgumentGroup, name: str, default: bool, description: str) -> None:
-    """A boolean hyperparameter: `--name true|false` (SageMaker's form), or a bare `--name`."""
-    group.add_argument(
-        name,
-        type=str2bool,
-        nargs="?",
-        const=True,
-        default=default,
-        metavar="BOOL",
-        help=description,
-    )
-
-
-def _checksum_flags(group: argparse._ArgumentGroup) -> None:
-    """The manifest's pins (`checksums.py`): checked by default, any file that differs fails."""
-    _flag(
-        group,
-        "--verify-checksums",
-        True,
-        "check every file read against the manifest's sha256 (false: for manifests without them)",
-    )
-    group.add_argument(
-        "--max-checksum-mismatch-fraction",
-        type=float,
-        default=0.0,
-        help="fail the run when more than this fraction of a split's pairs differ from the manifest "
-        "(0: any does); pairs that differ are skipped either way",
-    )
-
-
-def get_args_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 (one statement per flag)
-    env = os.environ.get
-    parser = argparse.ArgumentParser(description="Train BiSeNetV2 on a frozen dataset version.")
-
-    io = parser.add_argument_group("data and outputs (defaults from the SageMaker environment)")
-    io.add_argument(
-        "--data-dir",
-        default=env("SM_CHANNEL_TRAIN"),
-        help="folder holding the manifest's images/, labels/ and manifests/",
-    )
-    io.add_argument(
-        "--manifest",
-        default=None,
-        help="manifest, relative to --data-dir (default manifests/<version>.jsonl)",
-    )
-    io.add_argument(
-        "--dataset-version",
-        default=None,
-        help="dataset version (default: the manifest's file name)",
-    )
-    io.add_argument("--model-dir", default=env("SM_MODEL_DIR"), help="where model.pt goes")
-    io.add_argument(
-        "--output-data-dir",
-        default=env("SM_OUTPUT_DATA_DIR"),
-        help="where metrics.json goes (it is also written beside the model)",
-    )
-    io.add_argument(
-        "--checkpoint-dir",
-        default="/opt/ml/checkpoints",
-        help="resumable checkpoints; a restarted job resumes from the newest",
-    )
-    io.add_argument(
-        "--init-from",
-        default=None,
-        help="model.pt, or a model.tar.gz as SageMaker writes it, to start from (default: the "
-        "model.pt or model.tar.gz in $SM_CHANNEL_MODEL, if any)",
-    )
-    _flag(io, "--from-scratch", False, "start from random weights, ignoring any --init-from")
-    io.add_argument(
-        "--baseline-model",
-        default=None,
-        help="model.pt of the accepted model, evaluated on the same val split "
-        "(default: $SM_CHANNEL_MODEL/model.pt if present)",
-    )
-    io.add_argument(
-        "--classes",
-        default=CITYSCAPES_CLASSES,
-        help="comma-separated class names; a name's position is its train id",
-    )
-    _checksum_flags(io)
-
-    opt = parser.add_argument_group("model and optimisation")
-    opt.add_argument(
-        "--width",
-        type=float,
-        default=1.0,
-        help="channel width multiplier (1.0: the paper's BiSeNetV2, 3.4 M params)",
-    )
-    opt.add_argument("--epochs", type=int, default=100)
-    opt.add_argument("--batch-size", type=int, default=8, help="images per process per micro-batch")
-    opt.add_argument("--val-batch-size", type=int, default=0, help="0: same as --batch-size")
-    opt.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
-    opt.add_argument("--lr", type=float, default=0.05, help="peak learning rate (SGD)")
-    opt.add_argument("--momentum", type=float, default=0.9)
-    opt.add_argument("--weight-decay", type=float, default=5e-4)
-    opt.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=-1,
-        help="linear warm-up steps (-1: 5%% of the run, at most 1000)",
-    )
-    opt.add_argument("--poly-power", type=float, default=0.9)
-    opt.add_argument(
-        "--aux-weight",
-        type=float,
-        default=1.0,
-        help="weight of each booster head's loss (0: no booster heads)",
-    )
-    opt.add_argument(
-        "--class-weighting",
-        choices=("none", "balanced"),
-        default="balanced",
-        help="balanced: rare classes weigh more, from the manifest's class_pixels",
-    )
-    opt.add_argument("--crop", default="1024x512", help="training crop, WIDTHxHEIGHT")
-    opt.add_argument(
-        "--base-size",
-        default=None,
-        help="resize every image to WIDTHxHEIGHT before augmenting (default: as is)",
-    )
-    opt.add_argument("--scale-min", type=float, default=0.5, help="random scale, lower bound")
-    opt.add_argument("--scale-max", type=float, default=2.0, help="random scale, upper bound")
-    opt.add_argument(
-        "--jitter",
-        type=float,
-        default=DEFAULT_JITTER,
-        help="photometric jitter: brightness and contrast 1 +- this, colour 1 +- this/4 (0: off)",
-    )
-    opt.add_argument("--seed", type=int, default=0)
-
-    system = parser.add_argument_group("distributed, precision, loading")
-    system.add_argument(
-        "--backend",
-        choices=("torch", "smddp"),
-        default="torch",
-        help="torch: NCCL on GPUs, gloo on CPU; smddp: SageMaker's, P4d/P4de/P5",
-    )
-    _flag(system, "--amp", True, "autocast on GPUs: bf16 where supported, else fp16 + scaler")
-    _flag(system, "--channels-last", True, "channels-last memory format (GPUs only)")
-    _flag(system, "--sync-bn", True, "SyncBatchNorm across ranks (GPUs only)")
-    system.add_argument(
-        "--workers",
-        type=int,
-        default=-1,
-        help="loader workers per process (-1: the process's share of the cores less one on a GPU host, 0 on CPU)",
-    )
-    system.add_argument(
-        "--prefetch-factor",
-        type=int,
-        default=0,
-        help="batches each worker prepares ahead (0: about 8 per process, at least 2 each)",
-    )
-    system.add_argument(
-        "--decoder",
-        choices=("auto", *DECODERS),
-        default="auto",
-        help="JPEG decoder (auto: the fastest installed; Pillow always is)",
-    )
-    _flag(
-        system,
-        "--time-communication",
-        True,
-        "time DDP's all-reduces with a communication hook (compute/communication split)",
-    )
-    _flag(system, "--deterministic", False, "deterministic kernels (slower on GPUs)")
-
-    profiling_flags.add_arguments(parser)
-    screening_phase.add_arguments(parser)
-
-    ckpt = parser.add_argument_group("checkpoints and logging")
-    ckpt.add_argument(
-        "--checkpoint-every-steps",
-        type=int,
-        default=0,
-        help="checkpoint every N optimizer steps too (0: off)",
-    )
-    ckpt.add_argument(
-        "--checkpoint-every-seconds",
-        type=float,
-        default=900.0,
-        help="checkpoint whenever this long has passed (0: off)",
-    )
-    ckpt.add_argument("--keep-checkpoints", type=int, default=2)
-    ckpt.add_argument("--eval-every", type=int, default=1, help="evaluate every N epochs (and after the last)")
-    ckpt.add_argument("--log-every", type=int, default=20, help="progress line every N steps")
-    ckpt.add_argument(
-        "--stop-after-steps",
-        type=int,
-        default=0,
-        help="test hook: exit after N optimizer steps, as an interruption would",
-    )
-    return parser
 
 
 def main(args: argparse.Namespace) -> None:
@@ -317,234 +101,189 @@ def main(args: argparse.Namespace) -> None:
         distributed.cleanup()
 
 
-# One function on purpose, like torchvision's reference: the run reads top to bottom.
-def train(  # noqa: PLR0912, PLR0915
-    args: argparse.Namespace, context: distributed.Context, threads: contextlib.ExitStack
-) -> None:
-    build.check_args(args)
-    device, cuda = context.device, context.device.type == "cuda"
-    # Ranks draw different dropout noise, like independent replicas would; the weights still start
-    # equal, because DDP broadcasts rank 0's at construction.
-    random.seed(args.seed + context.rank)
-    np.random.seed(args.seed + context.rank)
-    torch.manual_seed(args.seed + context.rank)
-    if cuda:
-        torch.backends.cudnn.benchmark = not args.deterministic
-    if args.deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-
-    # --- data: the manifest is the dataset, nothing is listed ---
-    manifest = build.manifest_path(args)
-    dataset_version = args.dataset_version or manifest.stem
-    classes = [name.strip() for name in args.classes.split(",")]
-    # --- screening: the accepted model judges every new pair's labels before they are trained on;
-    # held batches and the pairs left out for their team to fix are in neither split ---
-    accepted, screening = screening_phase.before_training(args, context, classes, manifest)
-    train_set, val_set = build.datasets(args, manifest, left_out=screening.left_out if screening else ())
-    train_sampler, train_loader, val_loader = build.loaders(args, context, train_set, val_set)
-    layout = EpochLayout(len(train_set), context.world_size, args.batch_size * args.grad_accum)
-    steps_per_epoch = layout.steps
-    if steps_per_epoch < 1:
-        raise SystemExit(
-            f"{len(train_sampler)} training images per process cannot fill one step of "
-            f"{args.batch_size} x {args.grad_accum}: lower --batch-size or --grad-accum"
-        )
-
-    # --- model and optimisation ---
-    start = build.warm_start_of(args)
-    # Said whichever way it goes: a run that silently started from scratch looks like a bad run.
-    log.info("%s", start.describe())
-    state = RunState(init_from=str(start.path) if start.path else None, warm_start=start.lineage())
-    bare_model, model, channels_last = build.models(args, context, classes, state.init_from)
-    # Wraps DDP's own all-reduce, so gradients are averaged exactly as without it.
-    comm_timer = timing.attach_timer(model, device) if args.time_communication else None
-    optimizer, scheduler, scaler, amp_dtype = build.optimization(args, model, steps_per_epoch, device)
-    weights = class_weights(train_set.entries, len(classes)) if args.class_weighting == "balanced" else None
-    criterion = SegmentationLoss(args.aux_weight, weights).to(device)
-
-    # --- resume: a restarted job (a spot interruption) continues from the newest checkpoint ---
-    newest = checkpoint.newest(Path(args.checkpoint_dir)) if context.is_main else None
-    # Every rank must resume at the same step or their collectives would not line up: rank 0
-    # chooses, and each rank reads that file from its own copy of the folder (SageMaker restores
-    # the checkpoint prefix onto every host).
-    newest_name = distributed.broadcast_object(newest.name if newest else None)
-    if newest_name is not None:
-        state = checkpoint.resume(
-            Path(args.checkpoint_dir) / newest_name,
-            bare_model,
-            optimizer,
-            scheduler,
-            scaler,
-            dataset_version=dataset_version,
-            context=context,
-            layout=layout,
-        )
-
-    if accepted is not None and state.baseline is None:
-        # The accepted model on this run's validation pairs, per batch: the two compare on the same images.
-        state.baseline = scores.baseline(accepted, val_set, classes, device, args.val_batch_size or args.batch_size)
-        if context.is_main:
-            print(metric_line(baseline_miou=state.baseline["miou"]), flush=True)
-
-    lineage_info = lineage.describe(
-        args, context, dataset_version, classes, train_set=train_set, val_set=val_set, loader=train_loader, state=state
-    )
-    # metrics.json goes to the output folder and beside the model.
-    metrics_folders = (args.output_data_dir, args.model_dir)
-    saver = Checkpointer(args, context, dataset_version)
-    profiler = profiling_flags.make_profiler(args, context, lineage_info["loader"]).start()
-    threads.callback(profiler.close)
-    log.info(
-        "dataset %s: %d train, %d val; %d steps/epoch x %d epochs; %d x %s (%s); BiSeNetV2 width %g, %d parameters",
-        dataset_version,
-        len(train_set),
-        len(val_set),
-        steps_per_epoch,
-        args.epochs,
-        context.world_size,
-        device.type,
-        context.backend,
-        args.width,
-        sum(p.numel() for p in bare_model.parameters()),
-    )
-
-    # After every optimizer step: a checkpoint if one is due or a stop was asked for.
-    after_step = checkpoint.AfterStep(
-        saver,
-        state,
-        layout,
-        stopping.StopRequest().install(),
-        args.stop_after_steps,
-        model=bare_model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        scaler=scaler,
-    )
-    run = EpochContext(
-        model=model,
-        criterion=criterion,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        scaler=scaler,
-        device=device,
-        data_loader=train_loader,
-        steps=steps_per_epoch,
-        epochs=args.epochs,
-        grad_accum=args.grad_accum,
-        log_every=args.log_every,
-        amp_dtype=amp_dtype,
-        channels_last=channels_last,
-        on_step=after_step,
-        comm_timer=comm_timer,
-        profiler=profiler,
-    )
-
-    # --- train ---
+# Like torchvision's reference, the run reads top to bottom: set up, the epochs, the finish.
+def train(args: argparse.Namespace, context: distributed.Context, threads: contextlib.ExitStack) -> None:
+    """The whole run on this rank: `run_setup.set_up`, then every epoch left, then `_finish`."""
+    run = run_setup.set_up(args, context, threads)
+    loop = _epoch_context(run)
+    state, profiler = run.state, run.profiler
     global_step = state.global_step
     for epoch in range(state.epoch, args.epochs):
         epoch_started = time.perf_counter()
-        # Without set_epoch every epoch would shuffle into the same order.
-        train_sampler.set_epoch(epoch)
-        # Resuming mid-epoch: the samples all ranks had consumed are left out, the rest of the
-        # epoch is dealt over this job's ranks (re-sharded, if the world size changed).
-        position = state.epoch_position if epoch == state.epoch else 0
-        train_sampler.resume_at(position)
-        first_step = layout.first_step(position)
-        after_step.epoch_started(position, first_step)
-        progress = state.progress if position else EpochProgress()
+        progress, first_step = _begin_epoch(run, epoch)
         # Training time spent in this epoch before an interruption, so epoch_seconds is whole.
         seconds_before = progress.train_seconds
-
-        try:
-            global_step = train_one_epoch(run, epoch, first_step=first_step, global_step=global_step, progress=progress)
-        except stopping.Interrupted as stopped:
-            # Every rank is here, after the same step; rank 0 may still be writing the checkpoint.
-            distributed.barrier()
-            log.warning(
-                "%s: checkpointed after step %d (epoch %d) and stopping; the job resumes from %s",
-                stopped,
-                stopped.global_step,
-                epoch + 1,
-                args.checkpoint_dir,
-            )
-            logging.shutdown()
-            raise SystemExit(stopping.EXIT_CODE) from None
-        totals = metrics.reduce_progress(progress, device, context.world_size)
+        global_step = _train_or_stop(
+            run, loop, epoch, first_step=first_step, global_step=global_step, progress=progress
+        )
+        totals = metrics.reduce_progress(progress, context.device, context.world_size)
         # Every rank learnt the same verdict in the same step (a broadcast from rank 0).
         stopped_by = profiler.stopped_by
-
         if (epoch + 1) % args.eval_every == 0 or epoch + 1 == args.epochs or stopped_by:
-            # The bare module: DDP's forward may broadcast buffers, a collective that would hang
-            # when the val shards differ in length.
-            confusion = evaluate(
-                bare_model,
-                val_loader,
-                device,
-                len(classes),
-                amp_dtype=amp_dtype,
-                channels_last=channels_last,
-                profiler=profiler,
-                epoch=epoch,
+            _evaluate_epoch(
+                run, epoch, totals, started=epoch_started, seconds_before=seconds_before, stopped_by=stopped_by
             )
-            record = metrics.epoch_record(epoch, totals, optimizer, confusion, classes=classes, steps=steps_per_epoch)
-            record["epoch_seconds"] = round(time.perf_counter() - epoch_started + seconds_before, 3)
-            state.history.append(record)
-            # Every rank: the files read so far against the manifest's pins, ORed over the ranks.
-            pins = checksums.collect_splits(
-                {"train": train_set, "val": val_set}, device, args.max_checksum_mismatch_fraction
-            )
-            if pins is not None:
-                lineage_info["checksums"] = pins.report()
-            if context.is_main:
-                print(metrics.epoch_metric_line(record), flush=True)
-                if stopped_by:
-                    lineage_info["stopped_by_rule"] = stopped_by
-                metrics.write_metrics(metrics_folders, lineage_info, state.history, state.baseline, complete=False)
-            if pins is not None:
-                # Above the tolerance, every rank fails here, once metrics.json names the files.
-                checksums.enforce(pins, is_main=context.is_main)
         # An epoch-end checkpoint too: a restart never redoes a finished epoch or its evaluation.
         state.epoch, state.step_in_epoch, state.progress = epoch + 1, 0, EpochProgress()
         state.epoch_position, state.global_step = 0, global_step
-        saver.save(
-            state,
-            global_step,
-            model=bare_model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            scaler=scaler,
-        )
+        _save(run, global_step)
         if stopped_by:
             log.warning("rule %s stopped the run after epoch %d (--stop-on-rule)", stopped_by, epoch + 1)
             break
+    _finish(run)
 
-    # --- the candidate against the accepted model, per batch and on the trusted set (every rank) ---
-    candidate = scores.confusion_by_batch(
-        bare_model, val_set, len(classes), device, batch_size=args.val_batch_size or args.batch_size
+
+def _epoch_context(run: run_setup.Run) -> EpochContext:
+    optim = run.optim
+    return EpochContext(
+        model=optim.model,
+        criterion=optim.criterion,
+        optimizer=optim.optimizer,
+        scheduler=optim.scheduler,
+        scaler=optim.scaler,
+        device=run.context.device,
+        data_loader=run.data.train_loader,
+        steps=run.data.layout.steps,
+        epochs=run.args.epochs,
+        grad_accum=run.args.grad_accum,
+        log_every=run.args.log_every,
+        amp_dtype=optim.amp_dtype,
+        channels_last=optim.channels_last,
+        on_step=run.after_step,
+        comm_timer=optim.comm_timer,
+        profiler=run.profiler,
     )
-    held, accepted_by_batch = (screening.held if screening else []), scores.from_lists(state.baseline)
-    lineage_info["evaluation"] = scores.evaluation(
-        classes, val_set.entries, candidate, accepted_by_batch, held=held, trained=train_set.entries
+
+
+def _begin_epoch(run: run_setup.Run, epoch: int) -> tuple[EpochProgress, int]:
+    """The epoch's progress so far and its first step, with the sampler placed there."""
+    state, sampler = run.state, run.data.train_sampler
+    # Without set_epoch every epoch would shuffle into the same order.
+    sampler.set_epoch(epoch)
+    # Resuming mid-epoch: the samples all ranks had consumed are left out, the rest of the
+    # epoch is dealt over this job's ranks (re-sharded, if the world size changed).
+    position = state.epoch_position if epoch == state.epoch else 0
+    sampler.resume_at(position)
+    first_step = run.data.layout.first_step(position)
+    run.after_step.epoch_started(position, first_step)
+    return (state.progress if position else EpochProgress()), first_step
+
+
+def _train_or_stop(
+    run: run_setup.Run, loop: EpochContext, epoch: int, *, first_step: int, global_step: int, progress: EpochProgress
+) -> int:
+    """`train_one_epoch`; an interruption (checkpointed by then) exits the process instead."""
+    try:
+        return train_one_epoch(loop, epoch, first_step=first_step, global_step=global_step, progress=progress)
+    except stopping.Interrupted as stopped:
+        # Every rank is here, after the same step; rank 0 may still be writing the checkpoint.
+        distributed.barrier()
+        log.warning(
+            "%s: checkpointed after step %d (epoch %d) and stopping; the job resumes from %s",
+            stopped,
+            stopped.global_step,
+            epoch + 1,
+            run.args.checkpoint_dir,
+        )
+        logging.shutdown()
+        raise SystemExit(stopping.EXIT_CODE) from None
+
+
+def _evaluate_epoch(
+    run: run_setup.Run,
+    epoch: int,
+    totals: dict[str, Any],
+    *,
+    started: float,
+    seconds_before: float,
+    stopped_by: str | None,
+) -> None:
+    """The epoch's evaluation, its record in the history and metrics.json, and the checksums so far."""
+    args, context, data, optim = run.args, run.context, run.data, run.optim
+    # The bare module: DDP's forward may broadcast buffers, a collective that would hang
+    # when the val shards differ in length.
+    confusion = evaluate(
+        optim.bare_model,
+        data.val_loader,
+        context.device,
+        len(data.classes),
+        amp_dtype=optim.amp_dtype,
+        channels_last=optim.channels_last,
+        profiler=run.profiler,
+        epoch=epoch,
     )
-    lineage_info["screening"] = screening_phase.summary(screening, accepted is not None)
-    # --- the model: rank 0 alone writes it; every rank holds the same weights ---
+    record = metrics.epoch_record(
+        epoch, totals, optim.optimizer, confusion, classes=data.classes, steps=data.layout.steps
+    )
+    record["epoch_seconds"] = round(time.perf_counter() - started + seconds_before, 3)
+    run.state.history.append(record)
+    # Every rank: the files read so far against the manifest's pins, ORed over the ranks.
+    pins = checksums.collect_splits(
+        {"train": data.train_set, "val": data.val_set}, context.device, args.max_checksum_mismatch_fraction
+    )
+    if pins is not None:
+        run.lineage_info["checksums"] = pins.report()
     if context.is_main:
-        model_path = Path(args.model_dir) / checkpoint.MODEL_FILE
-        # What it learned from goes with it: when it judges the next drops, it never judges these.
-        basis, inference = screening_phase.Basis.of(train_set.entries).to_document(), bare_model.state_dict()
-        document = checkpoint.model_document(inference, width=args.width, classes=classes, basis=basis)
-        checkpoint.save_atomically(document, model_path)
-        metrics.write_metrics(metrics_folders, lineage_info, state.history, state.baseline, complete=True)
-        log.info("model saved to %s; final mIoU %.4f", model_path, state.history[-1]["miou"])
+        print(metrics.epoch_metric_line(record), flush=True)
+        if stopped_by:
+            run.lineage_info["stopped_by_rule"] = stopped_by
+        state = run.state
+        metrics.write_metrics(run.metrics_folders, run.lineage_info, state.history, state.baseline, complete=False)
+    if pins is not None:
+        # Above the tolerance, every rank fails here, once metrics.json names the files.
+        checksums.enforce(pins, is_main=context.is_main)
+
+
+def _save(run: run_setup.Run, global_step: int) -> None:
+    optim = run.optim
+    run.saver.save(
+        run.state,
+        global_step,
+        model=optim.bare_model,
+        optimizer=optim.optimizer,
+        scheduler=optim.scheduler,
+        scaler=optim.scaler,
+    )
+
+
+def _finish(run: run_setup.Run) -> None:
+    """After the last epoch: the candidate against the accepted model, the model file and the
+    final metrics.json (rank 0), the profiling report, then every rank together."""
+    args, context, data, bare_model = run.args, run.context, run.data, run.optim.bare_model
+    # The candidate against the accepted model, per batch and on the trusted set (every rank).
+    candidate = scores.confusion_by_batch(
+        bare_model, data.val_set, len(data.classes), context.device, batch_size=args.val_batch_size or args.batch_size
+    )
+    held, accepted_by_batch = (data.screening.held if data.screening else []), scores.from_lists(run.state.baseline)
+    run.lineage_info["evaluation"] = scores.evaluation(
+        data.classes, data.val_set.entries, candidate, accepted_by_batch, held=held, trained=data.train_set.entries
+    )
+    run.lineage_info["screening"] = screening_phase.summary(data.screening, data.accepted is not None)
+    # The model: rank 0 alone writes it; every rank holds the same weights.
+    if context.is_main:
+        _save_model(run)
     # Every rank: the other hosts' profiles travel to rank 0, which writes rules and report.
-    report = profiler.finish(
-        job_name=lineage_info["host"].get("training_job"),
+    report = run.profiler.finish(
+        job_name=run.lineage_info["host"].get("training_job"),
         metrics=metrics.read_metrics(Path(args.output_data_dir)) if context.is_main else None,
     )
     if report is not None:
         log.info("profiling report: %s", report)
     # Other ranks wait for rank 0's writes: torchrun tears the whole job down once one fails.
     distributed.barrier()
+
+
+def _save_model(run: run_setup.Run) -> None:
+    """model.pt, then the complete metrics.json: rank 0 alone."""
+    args, classes, state = run.args, run.data.classes, run.state
+    model_path = Path(args.model_dir) / checkpoint.MODEL_FILE
+    # What it learned from goes with it: when it judges the next drops, it never judges these.
+    basis = screening_phase.Basis.of(run.data.train_set.entries).to_document()
+    inference = run.optim.bare_model.state_dict()
+    document = checkpoint.model_document(inference, width=args.width, classes=classes, basis=basis)
+    checkpoint.save_atomically(document, model_path)
+    metrics.write_metrics(run.metrics_folders, run.lineage_info, state.history, state.baseline, complete=True)
+    log.info("model saved to %s; final mIoU %.4f", model_path, state.history[-1]["miou"])
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ ProfilerRuleName = Literal[
 ]
 _SCAN = {"scan_interval_us": "60000000"}
 # Parameters the SDK v2 sends for each built-in profiler rule (values as the API takes them): the
-# only copy on the functions' side. The built-in back end's are in trainer/profiling/rules.py,
+# only copy on the functions' side. The built-in back end's are in trainer/profiling/rules/common.py,
 # which cannot import this (tests/unit/test_rule_defaults_agree.py keeps the two in step).
 PROFILER_RULE_DEFAULTS: dict[ProfilerRuleName, dict[str, str]] = {
     PROFILER_REPORT: {},

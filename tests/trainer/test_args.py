@@ -11,9 +11,9 @@ import torch
 from functions.common.taxonomy import CITYSCAPES_CLASSES
 from trainer import checkpoint
 from trainer.build import warm_start_of
+from trainer.flags import CITYSCAPES_CLASSES as TRAINER_CLASSES
+from trainer.flags import get_args_parser, str2bool
 from trainer.model import BiSeNetV2
-from trainer.train import CITYSCAPES_CLASSES as TRAINER_CLASSES
-from trainer.train import get_args_parser, str2bool
 
 
 @pytest.mark.parametrize("text", ["true", "True", "TRUE", "1", "yes"])
@@ -52,7 +52,7 @@ def test_folders_default_to_the_container_contract(monkeypatch: pytest.MonkeyPat
 
 def test_the_trainers_default_classes_are_the_projects_taxonomy() -> None:
     assert tuple(TRAINER_CLASSES.split(",")) == CITYSCAPES_CLASSES, (
-        "trainer/train.py repeats the Cityscapes classes; they drifted from taxonomy.py"
+        "trainer/flags.py repeats the Cityscapes classes; they drifted from taxonomy.py"
     )
 
 

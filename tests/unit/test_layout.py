@@ -8,7 +8,9 @@
   shared folder (`common/`, `data/`, `validation/`), and only the composition root
   (`functions/wiring.py`) puts functions together;
 - handlers are short and modules small enough to read: every `lambda_handler` at most 20 lines,
-  no module in `functions/` over 450 lines, `trainer/train.py` at most 700;
+  no module in `trainer/` or `functions/` over 600 lines (none in `functions/` over 450), and the
+  training run's `train()` (`trainer/train.py`) under 80 lines, split into helpers rather than
+  excused: no `# noqa` for too many branches or statements (PLR0912, PLR0915) in that file.
 - `retrain/local/` is grouped by what each part plays (`cloudformation/`, `lambda_runtime/`,
   `sagemaker/`, `fsx/`, `events/`, `endpoint/`): at most 3 modules lie loose beside its
   `__init__.py`, so a new module goes into the folder of what it does, or starts one.
@@ -23,8 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("functions", "retrain", "trainer")
 HANDLER_MAX_LINES = 20
+MODULE_MAX_LINES = 600  # trainer/ and functions/
 FUNCTIONS_MODULE_MAX_LINES = 450
-TRAIN_MAX_LINES = 700
+TRAIN_FUNCTION_MAX_LINES = 80  # `train()` in trainer/train.py
+TRAIN = ROOT / "trainer" / "train.py"
 LOCAL_LOOSE_MAX = 3
 # Folders of functions/ that hold no handler and that every function may import: the common
 # vocabulary, the data layer, and the pair checks the intake, the sweeper, the data layer and
@@ -211,10 +215,31 @@ def test_every_handler_is_short() -> None:
 def test_modules_are_small_enough_to_read() -> None:
     sizes = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in MODULES.items()}
     large = {
+        name: size
+        for name, size in sizes.items()
+        if name.startswith(("trainer", "functions")) and size > MODULE_MAX_LINES
+    }
+    assert not large, f"trainer/ and functions/ modules over {MODULE_MAX_LINES} lines (split them): {large}"
+    large = {
         name: size for name, size in sizes.items() if name.startswith("functions") and size > FUNCTIONS_MODULE_MAX_LINES
     }
     assert not large, f"functions/ modules over {FUNCTIONS_MODULE_MAX_LINES} lines: {large}"
-    assert sizes["trainer.train"] <= TRAIN_MAX_LINES, f"trainer/train.py is {sizes['trainer.train']} lines"
+
+
+def test_the_training_run_reads_top_to_bottom() -> None:
+    source = TRAIN.read_text(encoding="utf-8")
+    found = [node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef) and node.name == "train"]
+    assert len(found) == 1, "trainer/train.py defines train() once, at module level"
+    lines = (found[0].end_lineno or found[0].lineno) - found[0].lineno + 1
+    assert lines < TRAIN_FUNCTION_MAX_LINES, (
+        f"train() is {lines} lines: move its parts into helpers (set-up, the epoch, the finish)"
+    )
+    excused = [
+        f"line {number}: {line.strip()}"
+        for number, line in enumerate(source.splitlines(), 1)
+        if "noqa" in line and ("PLR0912" in line or "PLR0915" in line)
+    ]
+    assert not excused, f"trainer/train.py excuses a long function instead of splitting it: {excused}"
 
 
 def test_the_offline_stack_is_grouped_in_folders() -> None:

@@ -5,7 +5,7 @@ Each back end declares the defaults once, and they cannot share a module:
   sends for each built-in profiler rule (as the SageMaker SDK v2 does, checked in
   `training_job/test_sdk_parity.py`); it is in the Lambda package, which must not carry
   `trainer/` (`FORBIDDEN_MODULES` in `retrain/lambda_package.py`);
-- `trainer/profiling/rules.py` (`DEFAULTS`) is what the `builtin` back end evaluates the same
+- `trainer/profiling/rules/common.py` (`DEFAULTS`) is what the `builtin` back end evaluates the same
   rules with; the trainer ships alone (`sourcedir.tar.gz` holds `trainer/` only, see
   `retrain/package.py`), so it imports nothing from `functions/`.
 
@@ -73,7 +73,7 @@ def test_both_tables_have_rules_in_common() -> None:
 def test_the_trainer_defaults_a_rule_as_the_job_request_does(rule: str) -> None:
     unexplained = {name: pair for name, pair in _differences(rule).items() if (rule, name) not in KNOWN_DIFFERENCES}
     assert not unexplained, "; ".join(
-        f"{rule}.{name}: trainer/profiling/rules.py has {_shown(trainer)}, "
+        f"{rule}.{name}: trainer/profiling/rules/common.py has {_shown(trainer)}, "
         f"functions/common/debugger.py has {_shown(request)}"
         for name, (trainer, request) in unexplained.items()
     )
@@ -93,5 +93,5 @@ def test_the_request_scans_a_rule_as_often_as_the_trainer(rule: str) -> None:
     sent = PROFILER_RULE_DEFAULTS[rule][SCAN_INTERVAL]
     assert float(sent) / 1_000_000 == rules.SCAN_INTERVAL_SECONDS, (
         f"{rule}.{SCAN_INTERVAL}: functions/common/debugger.py sends {sent!r} microseconds, "
-        f"trainer/profiling/rules.py scans every {rules.SCAN_INTERVAL_SECONDS} s"
+        f"trainer/profiling/rules/common.py scans every {rules.SCAN_INTERVAL_SECONDS} s"
     )

@@ -43,7 +43,7 @@ def test_train_py_is_at_the_root_and_nothing_but_sources_is_packed(tmp_path: Pat
     with tarfile.open(archive.path) as packed:
         names = packed.getnames()
         owners = {(member.uid, member.gid, member.mtime) for member in packed.getmembers()}
-    assert "train.py" in names and "profiling/rules.py" in names
+    assert "train.py" in names and "profiling/rules/__init__.py" in names
     assert all(name.endswith(".py") and "__pycache__" not in name for name in names)
     assert owners == {(0, 0, 0)}, "no build machine's users or times in the archive"
 

@@ -14,11 +14,11 @@ record is kept as a dict:
   step line without `step`, `start` or `duration` is skipped; a missing `data_wait`, `compute`
   or `communication` reads 0 (the trainer always writes all three).
 
-Numbers take 4 bytes while that gives every value back exactly, else 8 (`Numbers`): the sampler
-rounds to 3 decimals and the step writer to 6, so those are int32 counts of 1/1000 (1/10**6) while
-they fit; a loss (a float32 tensor's `.item()`) is a float32. So: 4 bytes per sampled percentage,
-8 per byte-rate value, 8 per snapshot, about 32 per step, plus at most a quarter more for the
-arrays' spare capacity. A host with 96 cores and 8 GPUs sampled every 500 ms (121 records a
+Numbers take 4 bytes while that gives every value back exactly, else 8 (`columns.Numbers`): the
+sampler rounds to 3 decimals and the step writer to 6, so those are int32 counts of 1/1000
+(1/10**6) while they fit; a loss (a float32 tensor's `.item()`) is a float32. So: 4 bytes per
+sampled percentage, 8 per byte-rate value, 8 per snapshot, about 32 per step, plus at most a
+quarter more for the arrays' spare capacity. A host with 96 cores and 8 GPUs sampled every 500 ms (121 records a
 snapshot) and 8 ranks at 4 steps a second hold about 8 MB per hour of job, where one dict per
 record would hold about 940 bytes each (`benchmarks/bench_profiler.py` measures both).
 
@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from trainer.profiling.columns import GrowableArray, Numbers, Runs
 from trainer.profiling.jsonl import JsonlTail
 
 SeriesKey = tuple[str, Any, str, str]  # (node, type, name, dimension)
@@ -45,109 +46,7 @@ SYSTEM_DECIMALS, STEP_DECIMALS = 3, 6
 # Records of one node less than this apart (from a snapshot's first) are one snapshot, as
 # Debugger's rules group them: a sample's records may be stamped a few ms apart.
 SNAPSHOT_WINDOW_SECONDS = 0.02
-_MIN_CAPACITY = 64
 _ABSENT: Any = object()  # a label the step line did not have
-
-
-class _Array:
-    """A growable 1-D array: capacity grows by a quarter, so appending costs O(1) on average."""
-
-    __slots__ = ("data", "size")
-
-    def __init__(self, dtype: Any) -> None:
-        self.data: np.ndarray[Any, Any] = np.empty(0, dtype=dtype)
-        self.size = 0
-
-    def extend(self, values: np.ndarray[Any, Any]) -> None:
-        need = self.size + len(values)
-        if need > len(self.data):
-            grown = np.empty(max(need, len(self.data) * 5 // 4, _MIN_CAPACITY), dtype=self.data.dtype)
-            grown[: self.size] = self.data[: self.size]
-            self.data = grown
-        self.data[self.size : need] = values
-        self.size = need
-
-    def view(self) -> np.ndarray[Any, Any]:
-        return self.data[: self.size]
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.nbytes)
-
-
-class Numbers:
-    """A column of floats: 4 bytes a value while that gives every value back exactly, else float64.
-
-    The 4-byte form is int32 counts of 10**-decimals (numbers the writer rounded to `decimals`),
-    or float32 when `decimals` is None. The first value it cannot give back exactly (never
-    rounded, too large, NaN for int32) turns the column to float64: the storage changes nothing.
-    """
-
-    __slots__ = ("_array", "_scale")
-
-    def __init__(self, decimals: int | None) -> None:
-        self._scale = None if decimals is None else float(10**decimals)
-        self._array = _Array(np.float32 if decimals is None else np.int32)
-
-    def _widen(self, raw: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        if self._scale is None or raw.dtype == np.float64:
-            return raw.astype(np.float64)
-        return raw / self._scale  # correctly rounded, as the writer's round(): the float it wrote
-
-    def extend(self, values: Sequence[float]) -> None:
-        new = np.asarray(values, dtype=np.float64)
-        if self._array.data.dtype != np.float64:
-            with np.errstate(all="ignore"):  # a value out of range casts to garbage, caught below
-                narrow = new.astype(np.float32) if self._scale is None else np.rint(new * self._scale).astype(np.int32)
-            if np.array_equal(self._widen(narrow), new, equal_nan=True):
-                self._array.extend(narrow)
-                return
-            widened = self.floats()
-            self._array = _Array(np.float64)
-            self._array.extend(widened)
-        self._array.extend(new)
-
-    def floats(self, first: int = 0, end: int | None = None) -> np.ndarray[Any, Any]:
-        """The values (of rows `first`..`end`), as the writer wrote them: a new float64 array."""
-        return self._widen(self._array.view()[first:end])
-
-    def whole(self, index: int) -> int | float:
-        """One value of a column of whole numbers: an int, unless some value was not one."""
-        raw = self._array.data[index]
-        return int(raw) if self._scale == 1.0 and raw.dtype == np.int32 else float(self._widen(raw))
-
-    @property
-    def nbytes(self) -> int:
-        return self._array.nbytes
-
-
-class Runs:
-    """A column of labels that rarely change (rank, node, phase, epoch): run-length encoded."""
-
-    __slots__ = ("size", "starts", "values")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.values: list[Any] = []
-        self.size = 0
-
-    def extend(self, values: Iterable[Any]) -> None:
-        for value in values:
-            if not self.values or (self.values[-1] is not value and self.values[-1] != value):
-                self.starts.append(self.size)
-                self.values.append(value)
-            self.size += 1
-
-    def value(self, index: int) -> Any:
-        return self.values[bisect.bisect_right(self.starts, index) - 1]
-
-    def flags(self, first: int, end: int) -> np.ndarray[Any, Any]:
-        """Rows `first`..`end` of a column of True and False, as booleans."""
-        return np.repeat(np.array(self.values, dtype=bool), np.diff([*self.starts, self.size]))[first:end]
-
-    @property
-    def nbytes(self) -> int:
-        return 16 * len(self.starts) + 112
 
 
 # --- system samples ----------------------------------------------------------------------------
@@ -162,7 +61,7 @@ class Series:
         self.key = key
         self.first = -1
         self.count = 0
-        self.rows: _Array | None = None  # None: the rows first, first + 1, ..., first + count - 1
+        self.rows: GrowableArray | None = None  # None: the rows first, first + 1, ..., first + count - 1
         self.values = Numbers(SYSTEM_DECIMALS)
 
     def extend(self, rows: list[int], values: list[float]) -> None:
@@ -174,7 +73,7 @@ class Series:
                 self.count += len(rows)
                 self.values.extend(values)
                 return
-            self.rows = _Array(np.int32)
+            self.rows = GrowableArray(np.int32)
             self.rows.extend(self.row_numbers())
         self.rows.extend(np.asarray(rows, dtype=np.int32))
         self.count += len(rows)
@@ -203,7 +102,7 @@ class SystemTable:
     """One system file's records: snapshot timestamps and the series, in the order first seen."""
 
     def __init__(self) -> None:
-        self.stamps = _Array(np.float64)
+        self.stamps = GrowableArray(np.float64)
         self.series: dict[SeriesKey, Series] = {}
         self.records = 0
         self.skipped = 0

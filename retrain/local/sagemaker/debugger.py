@@ -6,10 +6,10 @@ configured rule as a processing job that outlives the training job. Here:
 - the system monitor is the trainer's own sampler (`trainer/profiling/monitor.py`), run by the
   emulator beside each host's processes and writing to `<host>/debugger/profile/` (never into
   `output/data`, which is the job's own output);
-- after the job, each rule configuration is evaluated with `trainer/profiling/rules.py` and its
+- after the job, each rule configuration is evaluated with `trainer/profiling/rules/` and its
   `RuleParameters` (`rule_to_invoke`; for ProfilerReport, `<Rule>_<parameter>` overrides), the
   files ProfilerReport writes are written (`profiler-reports/<Rule>.json`, the shape
-  `functions.training_job.debugger.DebuggerRuleReport` reads, and `profiler-report.html`);
+  `functions.common.debugger.DebuggerRuleReport` reads, and `profiler-report.html`);
 - `ProfilerRuleEvaluationStatuses` say InProgress until `delay` seconds after the job ended,
   then the verdicts; a stopped job's rules end Stopped.
 
