@@ -5,6 +5,7 @@ a platform engineer makes with parameters (an existing file system, existing sec
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -190,12 +191,17 @@ def test_alarms_reach_the_team_through_the_topic(deployed: OfflineStack) -> None
         ("FunctionThrottlesAlarm", "Throttles", everyone - {deployed.ref("TriggerFunction")}),
     ):
         queries = by_logical_id[logical_id]["Metrics"]
-        functions = {
-            query["MetricStat"]["Metric"]["Dimensions"][0]["Value"]
+        by_id = {
+            query["Id"]: query["MetricStat"]["Metric"]["Dimensions"][0]["Value"]
             for query in queries
             if "MetricStat" in query and query["MetricStat"]["Metric"]["MetricName"] == metric
         }
-        assert functions == watched, logical_id
+        assert set(by_id.values()) == watched, logical_id
+        # The alarm judges only what its expression adds up: a query left out of the SUM watches nothing.
+        (total,) = [query for query in queries if query.get("ReturnData")]
+        summed = set(re.findall(r"\w+", total["Expression"].removeprefix("SUM")))
+        assert {by_id[query_id] for query_id in summed & set(by_id)} == watched, f"{logical_id}'s SUM"
+        assert summed <= set(by_id), f"{logical_id}'s SUM names a query that does not exist"
 
 
 def test_the_state_machine_logs_every_event_without_execution_data(deployed: OfflineStack) -> None:

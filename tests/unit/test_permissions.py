@@ -16,7 +16,7 @@ import pytest
 from retrain.local.cloudformation.resources import substitute_definition
 from retrain.local.cloudformation.template import Resolver
 from tests import iam
-from tests.permissions import PERMISSIONS
+from tests.permissions import FUNCTION_PLACEHOLDERS, PERMISSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,6 +42,14 @@ def test_every_principal_with_policies_in_the_template_has_a_declaration(body: d
         or (resource["Type"].startswith("AWS::Serverless::") and "Policies" in resource.get("Properties", {}))
     }
     assert holders == set(PERMISSIONS), "a principal without a declaration, or a declaration without a principal"
+
+
+def test_every_function_has_a_placeholder_for_its_arn(body: dict[str, Any]) -> None:
+    """tests/integration/test_least_privilege.py checks the grants of the functions named here."""
+    functions = {logical_id for logical_id, r in body["Resources"].items() if r["Type"] == "AWS::Serverless::Function"}
+    missing = sorted(functions - set(FUNCTION_PLACEHOLDERS))
+    assert not missing, f"add these to FUNCTION_PLACEHOLDERS in tests/permissions.py (logical id: folder): {missing}"
+    assert set(FUNCTION_PLACEHOLDERS) <= functions, "FUNCTION_PLACEHOLDERS names a function the template lacks"
 
 
 def test_every_grant_says_why(body: dict[str, Any]) -> None:
