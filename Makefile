@@ -160,9 +160,10 @@ validate-template: $(STAMP) $(ASL_VALIDATOR_STAMP) $(SAM_STAMP) $(CHECKOV_STAMP)
 package-trainer: $(STAMP) ## Build build/trainer/sourcedir.tar.gz (reproducible; its sha256 beside it)
 	$(BIN)/retrain package-trainer build/trainer
 
-upload-trainer: package-trainer ## Release the trainer to a deployed stack (as its TrainerReleaseRole): make upload-trainer STACK=name
-	@test -n "$(STACK)" || { echo "usage: make upload-trainer STACK=<stack name>"; exit 2; }
-	$(BIN)/retrain package-trainer build/trainer --stack "$(STACK)"
+# REGION: the stack's region, when it is not your AWS configuration's (make deploy passes samconfig.toml's).
+upload-trainer: package-trainer ## Release the trainer to a deployed stack (as its TrainerReleaseRole): make upload-trainer STACK=name [REGION=r]
+	@test -n "$(STACK)" || { echo "usage: make upload-trainer STACK=<stack name> [REGION=<its region>]"; exit 2; }
+	$(BIN)/retrain package-trainer build/trainer --stack "$(STACK)" $(if $(REGION),--region "$(REGION)")
 
 # --build-in-source: sam otherwise copies the whole CodeUri (the repository, .venv and .tools
 # included: gigabytes) into a scratch folder for each function before it runs make there.
@@ -171,9 +172,38 @@ sam-build: $(STAMP) $(SAM_STAMP) ## Build the Lambda packages (python3.13, arm64
 	SAM_CLI_TELEMETRY=0 $(SAM) build --build-in-source
 	@for dir in .aws-sam/build/*Function; do printf '  %-28s %s MiB\n' "$$(basename $$dir)" "$$(du -sm --apparent-size $$dir | cut -f1)"; done
 
-deploy: sam-build ## Deploy with AWS SAM, then upload the trainer (needs AWS credentials)
-	SAM_CLI_TELEMETRY=0 $(SAM) deploy --guided
-	@echo "Now: make upload-trainer STACK=<the stack name you chose>"
+# A setting of samconfig.toml's default environment, the deploy command's over the global ones
+# (as sam reads them); empty when unset. make deploy reads the stack, region and profile from it.
+SAMCONFIG := samconfig.toml
+SAMCONFIG_GET = $(BIN)/python -c 'import sys, tomllib; config = tomllib.load(open("$(SAMCONFIG)", "rb")).get("default", {}); \
+  print(next((section["parameters"][sys.argv[1]] for section in (config.get("deploy", {}), config.get("global", {})) \
+  if sys.argv[1] in section.get("parameters", {})), ""))'
+# Credentials first (botocore's own search: environment, profile, SSO, instance role; samconfig.toml's
+# profile when it names one), before anything is built. With samconfig.toml (copied from
+# samconfig.toml.example), sam deploy asks nothing but the change set's confirmation; without one,
+# the guided deploy asks and saves the answers there. --no-fail-on-empty-changeset: a deploy that
+# changes nothing (only trainer/ changed) still releases the trainer. Every deploy ends with the
+# release (what make upload-trainer runs; idempotent, "already there"): without it runs fail.
+deploy: $(STAMP) ## Build, sam deploy (samconfig.toml, else --guided), then release the trainer (as make upload-trainer)
+	@profile=$$(test ! -f $(SAMCONFIG) || $(SAMCONFIG_GET) profile 2>/dev/null) || \
+	  { echo "make deploy: cannot read $(SAMCONFIG): $$($(SAMCONFIG_GET) profile 2>&1 | tail -1): nothing built or deployed"; exit 2; }; \
+	$(BIN)/python -c 'import boto3, sys; sys.exit(boto3.Session(profile_name=sys.argv[1] or None).get_credentials() is None)' "$$profile" 2>/dev/null || \
+	  { echo "make deploy: no AWS credentials$${profile:+ for profile $$profile} (aws configure, AWS_PROFILE, or profile in $(SAMCONFIG)): nothing built or deployed"; exit 2; }
+	@$(MAKE) --no-print-directory --silent $(SAM_STAMP) || { echo "make deploy: no sam: installing aws-sam-cli $(SAM_CLI_VERSION) under $(TOOLS)/sam failed (above)"; exit 2; }
+	@$(MAKE) --no-print-directory sam-build
+	@if [ -f $(SAMCONFIG) ]; then \
+	  echo "make deploy: sam deploy with $(SAMCONFIG) (its [default] environment)"; \
+	  SAM_CLI_TELEMETRY=0 $(SAM) deploy --no-fail-on-empty-changeset; \
+	else \
+	  echo "make deploy: no $(SAMCONFIG): sam deploy --guided asks for the stack, region and parameters and saves them there"; \
+	  echo "  (to answer them in a file instead: cp samconfig.toml.example $(SAMCONFIG), fill it in, make deploy)"; \
+	  SAM_CLI_TELEMETRY=0 $(SAM) deploy --guided --no-fail-on-empty-changeset; \
+	fi
+	@stack=$$(test ! -f $(SAMCONFIG) || $(SAMCONFIG_GET) stack_name); \
+	test -n "$$stack" || { echo "make deploy: deployed, but the trainer is not released (no stack_name in $(SAMCONFIG)): make upload-trainer STACK=<stack> REGION=<region>"; exit 2; }; \
+	region=$$($(SAMCONFIG_GET) region); profile=$$($(SAMCONFIG_GET) profile); \
+	echo "make deploy: releasing the trainer to stack $$stack$${region:+ in $$region} (make upload-trainer STACK=$$stack$${region:+ REGION=$$region})"; \
+	$${profile:+env AWS_PROFILE=$$profile} $(BIN)/retrain package-trainer build/trainer --stack "$$stack" $${region:+--region "$$region"}
 
 lock: ## Re-pin every dependency into constraints.txt after changing pyproject.toml
 	$(BIN)/python -m pip freeze --exclude-editable | sed -E 's/\+cpu$$//' > constraints.txt
