@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlparse
 
 import boto3
@@ -21,12 +21,17 @@ from rich.console import Console
 
 from functions.common import clients
 from functions.common.errors import RetrainError
-from retrain.local.endpoint import discovery
-from retrain.local.endpoint.discovery import LocalStackRecord, StaleRecord
+
+if TYPE_CHECKING:
+    from retrain.local.endpoint.discovery import LocalStackRecord
 
 # Few retries: a person is waiting, and a wrong endpoint should say so within seconds.
 CLI_CONFIG = Config(retries={"mode": "standard", "max_attempts": 4}, connect_timeout=5, read_timeout=30)
 OFFLINE_CREDENTIALS = ("testing", "testing")  # the offline stack takes any; botocore wants some
+# `StackOptions`' defaults (retrain/local/cloudformation/stack.py, which imports moto: a test keeps
+# them equal), for commands that name the offline stack's resources without importing it.
+OFFLINE_STACK_NAME = "retrain-local"
+OFFLINE_REGION = "us-east-1"
 START_HINT = "start one with `retrain local up` in another terminal, or name a deployed stack with --stack NAME"
 
 StackOption = Annotated[
@@ -81,8 +86,11 @@ def resolve(stack: str | None, region: str | None = None) -> StackTarget:
     """The stack to use; raises TargetError saying what to do when there is none."""
     if stack:
         return _deployed(stack, region)
+    # Here, not at the top: `retrain --help` and the annotators' commands import no `retrain.local`.
+    from retrain.local.endpoint import discovery  # noqa: PLC0415
+
     found = discovery.find()
-    if isinstance(found, StaleRecord):
+    if isinstance(found, discovery.StaleRecord):
         raise TargetError(f"the offline stack recorded in {found.path} (pid {found.pid}) has stopped; {START_HINT}")
     if found is None:
         raise TargetError(f"no offline stack is running; {START_HINT}")

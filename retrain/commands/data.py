@@ -44,7 +44,6 @@ from functions.data.models import BatchStatus, LockRecord, Trust
 from functions.data.reports import NEW, write_report
 from functions.data.storage import DataBucket
 from retrain import target as targets
-from retrain.local.cloudformation.stack import FAKE_CREDENTIALS, StackOptions
 from retrain.ops.audit import DEFAULT_GRACE_SECONDS, KIND_TITLES, AuditReport, AuditUsageError, Kind, audit
 from retrain.ops.erasure import PurgeReport, PurgeUsageError
 from retrain.ops.purge import LockHeldError, PurgeError, Runs, purge, trust_item
@@ -203,9 +202,8 @@ def _signing(endpoint_url: str | None, region: str | None) -> tuple[boto3.sessio
     offline = bool(endpoint_url) and urlparse(endpoint_url).hostname in LOOPBACK
     session = boto3.session.Session(region_name=region)
     if offline and not session.region_name:
-        session = boto3.session.Session(region_name=StackOptions().region)
-    fake = (FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
-    return session, fake if offline and session.get_credentials() is None else None
+        session = boto3.session.Session(region_name=targets.OFFLINE_REGION)
+    return session, targets.OFFLINE_CREDENTIALS if offline and session.get_credentials() is None else None
 
 
 # ----------------------------------------------------------------- status --

@@ -22,7 +22,6 @@ from rich.console import Console
 from functions.common import clients, prefixes
 from retrain import target as targets
 from retrain.commands.data import LOOPBACK, BucketOption, EndpointOption, RegionOption
-from retrain.local.cloudformation.stack import FAKE_CREDENTIALS, StackOptions
 from retrain.target import StackOption
 
 MAX_SECONDS = 7 * 24 * 3600  # what S3 accepts for a presigned URL (signature version 4)
@@ -53,14 +52,15 @@ def command(  # noqa: PLR0917 (a command's options are its parameters)
     else:
         errors.print(f"[dim]using bucket {bucket or '(none)'} at {endpoint_url or 'AWS'}[/dim]", soft_wrap=True)
         offline = bool(endpoint_url) and (endpoint_url or "").split("//")[-1].split(":")[0] in LOOPBACK
-        session = boto3.session.Session(region_name=region or (StackOptions().region if offline else None))
-        bucket = bucket or (f"{StackOptions().stack_name}-data-123456789012-{session.region_name}" if offline else None)
+        session = boto3.session.Session(region_name=region or (targets.OFFLINE_REGION if offline else None))
+        if offline and not bucket:
+            bucket = f"{targets.OFFLINE_STACK_NAME}-data-123456789012-{session.region_name}"
     if not bucket:
         errors.print("no data bucket: pass --bucket or set DATA_BUCKET, or --stack NAME")
         raise typer.Exit(2)
     if offline and credentials is None and session.get_credentials() is None:
         # The offline stack takes any credentials; botocore still wants some to sign with.
-        credentials = (FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        credentials = targets.OFFLINE_CREDENTIALS
     key = prefixes.run_report_key(run, name)
     s3: Any = clients.make(
         "s3",

@@ -7,15 +7,18 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from retrain.local.cloudformation.stack import OFFLINE_TRAINING, OfflineStack, StackOptions, StackOptionsError
-from retrain.local.cloudformation.template import TemplateError, load_template
-from retrain.local.endpoint import discovery
-from retrain.local.lambda_runtime.poller import DELIVERIES, Delivery
+from retrain.commands.extras import require
+
+if TYPE_CHECKING:
+    # The offline stack (moto, werkzeug, ...) is imported by the commands that run it, after
+    # `require` says which extra is missing: `retrain --help` and `retrain[cli]` never load it.
+    from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+    from retrain.local.lambda_runtime.poller import Delivery
 
 app = typer.Typer(help="Run the system offline: moto, the real functions and state machine.")
 console = Console()
@@ -58,6 +61,8 @@ def _parse_params(values: list[str] | None) -> dict[str, str]:
 
 
 def _delivery(value: str) -> Delivery:
+    from retrain.local.lambda_runtime.poller import DELIVERIES  # noqa: PLC0415
+
     for delivery in DELIVERIES:
         if value == delivery:
             return delivery
@@ -65,6 +70,9 @@ def _delivery(value: str) -> Delivery:
 
 
 def _start(options: StackOptions) -> OfflineStack:
+    from retrain.local.cloudformation.stack import OfflineStack  # noqa: PLC0415
+    from retrain.local.cloudformation.template import TemplateError  # noqa: PLC0415
+
     try:
         return OfflineStack(options).start()
     except TemplateError as exc:
@@ -80,6 +88,9 @@ def _print_slack(message: dict[str, Any]) -> None:
 
 def training_settings(options: StackOptions) -> list[str]:
     """What the stack's training jobs run with, and why not with a deployed stack's defaults."""
+    from retrain.local.cloudformation.stack import OFFLINE_TRAINING  # noqa: PLC0415
+    from retrain.local.cloudformation.template import load_template  # noqa: PLC0415
+
     declared = load_template(options.template).parameters
     deployed = {name: str(declared[name].get("Default", "")) for name in OFFLINE_TRAINING}
     used = {name: options.parameters.get(name, default) for name, default in deployed.items()}
@@ -144,6 +155,10 @@ def up(  # noqa: PLR0917 (a command's options are its parameters)
     delivery_seed: SeedOption = None,
 ) -> None:
     """Start the offline stack on loopback and keep it up until Ctrl-C."""
+    require("local", "local up")
+    from retrain.local.cloudformation.stack import OFFLINE_TRAINING, StackOptions, StackOptionsError  # noqa: PLC0415
+    from retrain.local.endpoint import discovery  # noqa: PLC0415
+
     try:
         options = StackOptions(
             mode="server",
@@ -212,7 +227,10 @@ def demo(  # noqa: PLR0917 (a command's options are its parameters)
     timeout: Annotated[float, typer.Option(min=10, help="Seconds to wait for each stage.")] = 600.0,
 ) -> None:
     """The whole loop: drop a synthetic batch (a few files broken), follow every stage to the message."""
-    from retrain.commands.synth import parse_size  # noqa: PLC0415 (keeps `local up` light)
+    require("local", "local demo")
+    require("trainer", "local demo")  # it draws scenes (numpy) and trains on them (torch)
+    from retrain.commands.synth import parse_size  # noqa: PLC0415
+    from retrain.local.cloudformation.template import TemplateError  # noqa: PLC0415
     from retrain.local.demo import Demo, DemoOptions  # noqa: PLC0415
 
     options = DemoOptions(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -26,7 +26,10 @@ from rich.text import Text
 
 from functions.common import rules
 from functions.common.rules import parse_rules_file
-from trainer.profiling import report, rerender
+from retrain.commands.extras import require
+
+if TYPE_CHECKING:
+    from trainer.profiling import rerender
 
 errors = Console(stderr=True)
 
@@ -61,6 +64,9 @@ def command(
     ] = None,
 ) -> None:
     """Render a run's profiling report to a file, keeping the run's rule parameters and verdicts."""
+    require("trainer", "report", modules=("numpy",))
+    from trainer.profiling import report, rerender  # noqa: PLC0415 (numpy: not for `retrain --help`)
+
     overrides = _overrides(rule_parameters)
     try:
         run = rerender.find_run(profile_dir)
@@ -108,6 +114,8 @@ def _overrides(text: str | None) -> dict[str, dict[str, Any]] | None:
 
 def _target(out: Path | None, run: rerender.RunFolder) -> Path:
     """Where the report goes; never over the run's data, and over its report only when asked."""
+    from trainer.profiling import report  # noqa: PLC0415
+
     target = out if out is not None else Path(report.REPORT_FILE)
     if target.is_dir():
         target = target / report.REPORT_FILE
@@ -125,6 +133,8 @@ def _target(out: Path | None, run: rerender.RunFolder) -> Path:
 
 
 def _summary(rendered: rerender.Rendered) -> None:
+    from trainer.profiling import report  # noqa: PLC0415
+
     how = {
         "recorded": "the run's recorded verdicts",
         "re-evaluated": "re-evaluated with the run's parameters",

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from retrain.synth import default_version, write_scenes
+from retrain.commands.extras import require
 
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 
@@ -39,6 +39,9 @@ def command(
     The defaults are the offline run's data set: `retrain train OUT` then learns it to an mIoU
     above 0.5 in about a minute on two cores."""
     width, height = parse_size(size)
+    require("trainer", "synth", modules=("numpy",))
+    from retrain.synth import default_version, write_scenes  # noqa: PLC0415 (numpy: not for `retrain --help`)
+
     version = version or default_version(seed, count, (width, height))
     started = time.perf_counter()
     pairs = write_scenes(

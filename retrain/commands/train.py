@@ -28,6 +28,7 @@ from functions.common.contracts import MetricsFile, dump_manifest, parse_manifes
 from functions.common.prefixes import IMAGES_DIR, LABELS_DIR
 from functions.validation import PairResult
 from retrain import labeled
+from retrain.commands.extras import require
 from retrain.commands.validate import progress as validation_progress
 
 # Typer settings for this command: flags it does not know go to the trainer unchanged.
@@ -167,6 +168,7 @@ def command(
     validated as the intake would, and its valid pairs frozen into OUT/manifest.jsonl as the
     trigger would; the pairs left out are listed.
     """
+    require("trainer", "train")
     console = Console()
     out = out.resolve()
     dataset: labeled.FolderDataset | None = None
