@@ -5,7 +5,8 @@ dependency that happens to pull it in (psutil and packaging once came only with 
 - every package our code imports (outside `if TYPE_CHECKING:`, `importlib.import_module("...")`
   included) is a distribution that pyproject.toml declares where that code can count on it:
   `functions/` in the dependencies the Lambdas get, `trainer/` there or in the `trainer` extra,
-  `retrain/` in those or the `local` extra; every exception is listed below with its reason;
+  `retrain/` in those or the `cli` and `local` extras (`local` includes `cli`); every exception
+  is listed below with its reason;
 - every module of `functions/`, `retrain/` and `trainer/` imports, in a fresh interpreter.
 
 `make test-trainer-image-torch` runs this file too, in an environment with the runtime and test
@@ -30,7 +31,7 @@ from retrain.lambda_package import _runtime_imports, normalize
 ROOT = Path(__file__).resolve().parents[2]
 OURS = frozenset({"functions", "retrain", "trainer", "tests"})
 # Which of pyproject's lists each folder's code may count on ("" = [project].dependencies).
-MAY_USE = {"functions": ("",), "trainer": ("", "trainer"), "retrain": ("", "local", "trainer")}
+MAY_USE = {"functions": ("",), "trainer": ("", "trainer"), "retrain": ("", "cli", "local", "trainer")}
 # Imported, not declared, on purpose: (folder, module) -> why.
 UNDECLARED: dict[tuple[str, str], str] = {
     ("functions", "botocore"): "comes with boto3, which pins it exactly (and the Lambda runtime has both)",
