@@ -5,6 +5,11 @@ Each command lives in its own module under `retrain/commands/`; this file only w
 
 from __future__ import annotations
 
+import importlib.metadata
+import tomllib
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from retrain.commands import advise as advise_command
@@ -19,12 +24,43 @@ from retrain.commands import synth as synth_command
 from retrain.commands import train as train_command
 from retrain.commands import validate as validate_command
 
+# `-h` as well as `--help`, on every command: subcommands' contexts inherit the names.
+HELP = {"help_option_names": ["-h", "--help"]}
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
 app = typer.Typer(
     name="retrain",
     help="Retrain driving-scene segmentation models when labeled data lands in S3.",
     no_args_is_help=True,
     add_completion=False,
+    context_settings=HELP,
 )
+
+
+def version() -> str:
+    """The installed distribution's version; in a checkout that is not installed, pyproject's."""
+    try:
+        return importlib.metadata.version("retrain")
+    except importlib.metadata.PackageNotFoundError:
+        return str(tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["version"])
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"retrain {version()}")
+        raise typer.Exit
+
+
+@app.callback()
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Retrain driving-scene segmentation models when labeled data lands in S3."""
+
+
 app.add_typer(local.app, name="local")
 app.add_typer(data_command.app, name="data")
 app.add_typer(runs_command.app, name="runs")
