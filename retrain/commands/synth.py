@@ -32,7 +32,11 @@ def command(
     val_fraction: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Share of scenes in the validation split.")
     ] = 0.2,
-    version: Annotated[str | None, typer.Option(help="Dataset version (manifest name); derived if omitted.")] = None,
+    dataset_version: Annotated[
+        str | None, typer.Option(help="Dataset version (manifest name); derived if omitted.", show_default=False)
+    ] = None,
+    # The name this option had: `retrain --version` is the tool's, `plan-job` and the trainer say --dataset-version.
+    version: Annotated[str | None, typer.Option(hidden=True, help="Old name of --dataset-version.")] = None,
 ) -> None:
     """Draw procedural street scenes (Cityscapes train ids) and a manifest, as the trainer reads.
 
@@ -42,7 +46,7 @@ def command(
     require("trainer", "synth", modules=("numpy",))
     from retrain.synth import default_version, write_scenes  # noqa: PLC0415 (numpy: not for `retrain --help`)
 
-    version = version or default_version(seed, count, (width, height))
+    version = dataset_version or version or default_version(seed, count, (width, height))
     started = time.perf_counter()
     pairs = write_scenes(
         out,

@@ -137,7 +137,9 @@ def command(
     ],
     *,
     epochs: Annotated[int, typer.Option(min=1, help="Passes over the training split.")] = 24,
-    nproc: Annotated[int, typer.Option(min=1, help="Processes (gloo ranks), one per core.")] = 2,
+    processes: Annotated[int, typer.Option(min=1, help="Processes (gloo ranks), one per core.")] = 2,
+    # The name this option had; `retrain local demo` calls its training processes --processes too.
+    nproc: Annotated[int | None, typer.Option(min=1, hidden=True, help="Old name of --processes.")] = None,
     out: Annotated[Path, typer.Option(help="Where the model, metrics, checkpoints and logs go.")] = Path("runs/train"),
     width: Annotated[float, typer.Option(min=0.05, help="BiSeNetV2 width multiplier.")] = 0.25,
     manifest: Annotated[str | None, typer.Option(help="Manifest relative to DATA (default: the newest).")] = None,
@@ -169,6 +171,7 @@ def command(
     trigger would; the pairs left out are listed.
     """
     require("trainer", "train")
+    processes = processes if nproc is None else nproc
     console = Console()
     out = out.resolve()
     dataset: labeled.FolderDataset | None = None
@@ -215,9 +218,11 @@ def command(
         *(["--dataset-version", dataset.version] if dataset is not None else []),
         *ctx.args,
     ]
-    argv = trainer_command(nproc=nproc, data_dir=data_dir, manifest=manifest_path, out=out, trainer_args=trainer_args)
+    argv = trainer_command(
+        nproc=processes, data_dir=data_dir, manifest=manifest_path, out=out, trainer_args=trainer_args
+    )
     name = dataset.version if dataset is not None else manifest_path.name
-    console.print(Text.assemble(("training", "bold"), f" on {name} with {nproc} processes -> {out}"))
+    console.print(Text.assemble(("training", "bold"), f" on {name} with {processes} processes -> {out}"))
     console.print(" ".join(argv[1:]), style="dim", soft_wrap=True)
 
     started = time.perf_counter()

@@ -37,7 +37,7 @@ def test_a_labeled_folder_trains_without_its_broken_pair(tmp_path: Path) -> None
     folder = plain_folder(tmp_path)
     out = tmp_path / "out"
     before = sorted(path.relative_to(folder) for path in folder.rglob("*"))
-    result = invoke(str(folder), "--out", str(out), "--epochs", "1", "--nproc", "1", "--batch-size", "4")
+    result = invoke(str(folder), "--out", str(out), "--epochs", "1", "--processes", "1", "--batch-size", "4")
     assert result.exit_code == 0, result.output[-4000:]
     said = words(result)
     assert f"labels/{BROKEN}.png not_an_image" in said and "notes.txt unexpected_file" in said
