@@ -45,6 +45,7 @@ from functions.validation import (
 
 PROGRESS_MIN_ITEMS = 50  # below this a bar only flickers
 MANIFEST_SUFFIX = ".manifest"
+MANIFESTS_DIR = "manifests"  # a data set's manifests, beside images/ and labels/ (`retrain synth`, `retrain train`)
 
 
 class InputFormat(StrEnum):
@@ -118,12 +119,29 @@ def cityscapes_run(directory: Path, config: ValidationConfig) -> Run:
             param_hint="DIR",
         )
     reader = LocalBatchReader(directory)
-    planned = plan_pairs(reader.keys(), config)
+    keys = reader.keys()
+    manifests = [key for key in keys if is_dataset_manifest(key)]
+    if manifests:
+        # `retrain synth` and a dataset version's folder have them; the trainer reads them, a batch has none.
+        Console(stderr=True, highlight=False).print(
+            f"note: not checked: {len(manifests)} manifest(s) in {MANIFESTS_DIR}/ (a data set's, for `retrain "
+            f"train`); a batch to upload is {IMAGES_DIR}/ and {LABELS_DIR}/ alone, where the intake would "
+            f"reject {MANIFESTS_DIR}/ as unexpected_file",
+            soft_wrap=True,
+            markup=False,
+        )
+    planned = plan_pairs([key for key in keys if key not in manifests], config)
     if not planned:
         raise typer.BadParameter(f"{directory} holds no files to validate", param_hint="DIR")
     index = InMemoryContentIndex()
     results = (validate_planned(item, reader, config=config, index=index) for item in planned)
     return Run(len(planned), results)
+
+
+def is_dataset_manifest(key: str) -> bool:
+    """`manifests/<version>.jsonl` (and its `.purged.json`): what `retrain synth` writes beside the pairs."""
+    folder, _, name = key.partition("/")
+    return folder == MANIFESTS_DIR and "/" not in name and name.endswith((".jsonl", ".purged.json"))
 
 
 def groundtruth_run(directory: Path, source_root: Path | None, config: ValidationConfig) -> Run:

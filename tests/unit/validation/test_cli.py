@@ -240,3 +240,26 @@ def test_the_retrain_tool_offers_the_command() -> None:
 
     assert result.exit_code == 0
     assert "--format" in result.stdout
+
+
+def test_a_synth_folder_is_valid_its_manifests_left_out_with_a_note(tmp_path: Path) -> None:
+    scenes = tmp_path / "scenes"
+    made = runner.invoke(retrain_app, ["synth", str(scenes), "--count", "6", "--size", "64x32"])
+    assert made.exit_code == 0, made.output
+    assert any((scenes / "manifests").glob("*.jsonl"))
+    result = runner.invoke(retrain_app, ["validate", str(scenes), "--json"])
+    assert result.exit_code == 0, result.output
+    items = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(items) == 6
+    assert all(item["status"] == "valid" for item in items)
+    assert "not checked: 1 manifest(s) in manifests/" in result.stderr
+
+
+def test_other_files_under_manifests_are_still_unexpected(tmp_path: Path) -> None:
+    batch = folder(tmp_path, {**good("a"), "manifests/v1.jsonl": b"{}\n", "manifests/notes.txt": b"x"})
+    result = runner.invoke(retrain_app, ["validate", str(batch), "--json"])
+    assert result.exit_code == 1
+    reasons = {
+        item["item"]: [r["code"] for r in item["reasons"]] for item in map(json.loads, result.stdout.splitlines())
+    }
+    assert reasons == {"a": [], "manifests/notes.txt": ["unexpected_file"]}
