@@ -3,7 +3,8 @@
 Read by `load_job_config` from, in rising precedence: the defaults below, a JSON or YAML file,
 `TRAINING_JOB_<FIELD>` environment variables (lists, maps and numbers as JSON, e.g.
 `TRAINING_JOB_SUBNETS='["subnet-0abc"]'`), and explicit overrides (the CLI's flags). The region
-falls back to `AWS_REGION`, then `AWS_DEFAULT_REGION` (a Lambda always has the first).
+falls back to `AWS_REGION`, then `AWS_DEFAULT_REGION` (a Lambda always has the first), then for
+`retrain plan-job` the AWS profile's (boto3's resolution, ~/.aws/config included).
 
 Checks on single fields live here; combinations SageMaker refuses live in `refusals.py`.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -230,8 +231,12 @@ def load_job_config(
     *,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    default_region: Callable[[], str | None] | None = None,
 ) -> JobConfig:
     """The job configuration from a file, the environment and overrides, validated.
+
+    `default_region` is asked for a region when none of those, AWS_REGION nor AWS_DEFAULT_REGION
+    names one (the CLI asks boto3, which reads the AWS profile's config file).
 
     Raises `JobConfigFileError` when the file cannot be read, `JobConfigurationError` (one reason
     per problem) when the values are invalid.
@@ -242,6 +247,8 @@ def load_job_config(
     values.update({name: value for name, value in (overrides or {}).items() if value is not None})
     if "region" not in values:
         region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+        if not region and default_region is not None:
+            region = default_region()
         if region:
             values["region"] = region
     return parse_job_config(values)

@@ -39,6 +39,18 @@ class Profiling(StrEnum):
     DEBUGGER = "debugger"
 
 
+def profile_region() -> str | None:
+    """The region boto3 would use: AWS_DEFAULT_REGION, else the profile's in ~/.aws/config
+    (AWS_CONFIG_FILE, AWS_PROFILE)."""
+    import boto3  # noqa: PLC0415 (only when nothing else names a region)
+    from botocore.exceptions import BotoCoreError  # noqa: PLC0415
+
+    try:
+        return boto3.session.Session().region_name
+    except BotoCoreError:  # a profile that does not exist, an unreadable config: as if none
+        return None
+
+
 def command(
     *,
     config_file: Annotated[
@@ -50,7 +62,14 @@ def command(
             help="JobConfig as a JSON or YAML file.",
         ),
     ] = None,
-    region: Annotated[str | None, typer.Option(help="AWS region (default: $AWS_REGION).")] = None,
+    region: Annotated[
+        str | None,
+        typer.Option(
+            help="AWS region (default: the file's, TRAINING_JOB_REGION, AWS_REGION, AWS_DEFAULT_REGION, "
+            "then your AWS profile's config).",
+            show_default=False,
+        ),
+    ] = None,
     instance_type: Annotated[str | None, typer.Option(help="e.g. ml.p4d.24xlarge")] = None,
     instance_count: Annotated[int | None, typer.Option(help="Instances (hosts).")] = None,
     distribution: Annotated[Distribution | None, typer.Option(help="torch (torchrun) or smddp.")] = None,
@@ -76,7 +95,7 @@ def command(
             param_hint="--dataset-version",
         ) from exc
     try:
-        config = load_job_config(config_file, overrides=overrides)
+        config = load_job_config(config_file, overrides=overrides, default_region=profile_region)
         request = build_training_job_request(config, run)
     except JobConfigFileError as exc:
         raise typer.BadParameter(str(exc), param_hint="--config") from exc

@@ -136,3 +136,52 @@ def test_plan_job_is_a_retrain_command(config_file: Path) -> None:
 
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["TrainingJobName"].startswith("retrain-example-")
+
+
+@pytest.fixture
+def aws_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An AWS config file whose default profile names a region, and no region in the environment."""
+    path = tmp_path / "aws-config"
+    path.write_text("[default]\nregion = ap-southeast-2\n\n[profile other]\nregion = ca-central-1\n", encoding="utf-8")
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "TRAINING_JOB_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(path))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    return path
+
+
+def _region_of(result: Any) -> str:
+    assert result.exit_code == 0, result.output
+    image = json.loads(result.stdout)["AlgorithmSpecification"]["TrainingImage"]
+    return str(image.split(".")[3])
+
+
+@pytest.mark.usefixtures("aws_config")
+def test_without_a_region_anywhere_else_the_aws_profile_s_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    no_region = tmp_path / "job.yaml"
+    no_region.write_text(yaml.safe_dump({k: v for k, v in SETTINGS.items() if k != "region"}), encoding="utf-8")
+    assert _region_of(plan("--config", str(no_region))) == "ap-southeast-2"
+    monkeypatch.setenv("AWS_PROFILE", "other")
+    assert _region_of(plan("--config", str(no_region))) == "ca-central-1"
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-north-1")
+    assert _region_of(plan("--config", str(no_region))) == "eu-north-1"
+    monkeypatch.setenv("AWS_REGION", "us-west-1")
+    assert _region_of(plan("--config", str(no_region))) == "us-west-1"
+    assert _region_of(plan("--config", str(no_region), "--region", "sa-east-1")) == "sa-east-1"
+
+
+@pytest.mark.usefixtures("aws_config")
+def test_the_file_s_region_beats_the_aws_profile_s(config_file: Path) -> None:
+    assert _region_of(plan("--config", str(config_file))) == "eu-west-1"
+
+
+@pytest.mark.usefixtures("aws_config")
+def test_a_missing_aws_profile_is_as_no_region(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "nowhere")
+    no_region = tmp_path / "job.yaml"
+    no_region.write_text(yaml.safe_dump({k: v for k, v in SETTINGS.items() if k != "region"}), encoding="utf-8")
+    result = plan("--config", str(no_region))
+    assert result.exit_code == 1
+    assert "region: required" in result.output
