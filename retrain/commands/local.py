@@ -227,15 +227,21 @@ def demo(  # noqa: PLR0917 (a command's options are its parameters)
     timeout: Annotated[float, typer.Option(min=10, help="Seconds to wait for each stage.")] = 600.0,
 ) -> None:
     """The whole loop: drop a synthetic batch (a few files broken), follow every stage to the message."""
+    from functions.validation import DEFAULT_CONFIG  # noqa: PLC0415
+    from retrain.commands.synth import MIN_SIZE, parse_size  # noqa: PLC0415
+
+    # Arguments first: the stack takes seconds to start, and a wrong one would stop it halfway.
+    # Scenes the intake accepts: at least what synth draws and what validation lets through.
+    smallest = (max(MIN_SIZE[0], DEFAULT_CONFIG.min_width), max(MIN_SIZE[1], DEFAULT_CONFIG.min_height))
+    scene_size = parse_size(size, smallest)
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} is a file, not a folder", param_hint="--out")
     require("local", "local demo")
     require("trainer", "local demo")  # it draws scenes (numpy) and trains on them (torch)
-    from retrain.commands.synth import parse_size  # noqa: PLC0415
     from retrain.local.cloudformation.template import TemplateError  # noqa: PLC0415
     from retrain.local.demo import Demo, DemoOptions  # noqa: PLC0415
 
-    options = DemoOptions(
-        count=count, size=parse_size(size), epochs=epochs, processes=processes, out=out, timeout=timeout
-    )
+    options = DemoOptions(count=count, size=scene_size, epochs=epochs, processes=processes, out=out, timeout=timeout)
     try:
         # A console of its own on this stdout: the functions' output goes elsewhere while they run.
         result = Demo(options, Console(file=sys.stdout)).run()

@@ -13,14 +13,22 @@ from rich.console import Console
 from retrain.commands.extras import require
 
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
+# The smallest street `retrain.synth.write_scenes` draws (it refuses smaller itself, but only after
+# numpy is imported and, in `retrain local demo`, the offline stack started).
+MIN_SIZE = (32, 16)
 
 
-def parse_size(text: str) -> tuple[int, int]:
-    """`WxH` (e.g. `256x128`) as (width, height)."""
+def parse_size(text: str, minimum: tuple[int, int] = MIN_SIZE) -> tuple[int, int]:
+    """`WxH` (e.g. `256x128`) as (width, height), at least `minimum`: a usage error (exit 2) otherwise."""
     match = _SIZE.match(text.strip().lower())
     if match is None:
-        raise typer.BadParameter(f"expected WIDTHxHEIGHT such as 256x128, got {text!r}")
-    return int(match.group(1)), int(match.group(2))
+        raise typer.BadParameter(f"expected WIDTHxHEIGHT such as 256x128, got {text!r}", param_hint="--size")
+    width, height = int(match.group(1)), int(match.group(2))
+    if width < minimum[0] or height < minimum[1]:
+        raise typer.BadParameter(
+            f"{width}x{height} is below the minimum of {minimum[0]}x{minimum[1]}", param_hint="--size"
+        )
+    return width, height
 
 
 def command(

@@ -68,11 +68,17 @@ def newest_manifests(data: Path) -> list[Path]:
 
 def image_size(data_dir: Path, manifest: Path) -> str:
     """The size of the dataset's first image, as WIDTHxHEIGHT: the default crop."""
-    entries = parse_manifest(manifest.read_text())
+    try:
+        entries = parse_manifest(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # not UTF-8, not JSON lines, not manifest entries
+        raise typer.BadParameter(f"{manifest} is not a dataset manifest (JSON lines): {error}") from error
     if not entries:
         raise typer.BadParameter(f"{manifest} is empty")
-    with Image.open(data_dir / entries[0].image) as image:
-        return f"{image.width}x{image.height}"
+    try:
+        with Image.open(data_dir / entries[0].image) as image:
+            return f"{image.width}x{image.height}"
+    except OSError as error:
+        raise typer.BadParameter(f"cannot read {entries[0].image}, the manifest's first image: {error}") from error
 
 
 def trainer_command(
@@ -184,6 +190,8 @@ def command(
         data_dir, manifest_path = resolve_manifest(data, manifest)
         if not manifest_path.is_file():
             raise typer.BadParameter(f"no manifest at {manifest_path}")
+        # Read it now, before OUT is touched: a file that is not a manifest stops here.
+        crop = crop or image_size(data_dir, manifest_path)
     if not resume:
         # Otherwise the trainer would resume from the last run's checkpoints, by design.
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
