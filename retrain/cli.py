@@ -5,8 +5,6 @@ Each command lives in its own module under `retrain/commands/`; this file only w
 
 from __future__ import annotations
 
-import importlib.metadata
-import tomllib
 from pathlib import Path
 from typing import Annotated
 
@@ -39,6 +37,9 @@ app = typer.Typer(
 
 def version() -> str:
     """The installed distribution's version; in a checkout that is not installed, pyproject's."""
+    import importlib.metadata  # noqa: PLC0415 (here: 20 ms that only --version needs)
+    import tomllib  # noqa: PLC0415
+
     try:
         return importlib.metadata.version("retrain")
     except importlib.metadata.PackageNotFoundError:
