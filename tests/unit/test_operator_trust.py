@@ -48,14 +48,6 @@ def clock() -> datetime:
     return NOW
 
 
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    with mock_aws():
-        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-        create_ledger_table(dynamodb, "ledger")
-        yield Ledger(dynamodb, "ledger")
-
-
 def held_by_screening(ledger: Ledger, batch: str, stems: list[str] = STEMS) -> dict[str, str]:
     """A drop whose every pair a run's screening held, each on the team's relabel list."""
     contents = curate(ledger, batch, stems, at=UPLOADED)

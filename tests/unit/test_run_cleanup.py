@@ -19,16 +19,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from functions.common.errors import RunCleanupError
 from functions.common.requests import NotifyRequest, TriggerInput, TriggerOutcome
 from functions.data.ledger import Ledger
 from functions.data.run_lock import RunLock
 from functions.run_ended.logic import ExecutionStatusChange, RunEnded
-from retrain.local.cloudformation.stack import create_ledger_table
 
 NOW = datetime(2027, 3, 1, 9, 0, tzinfo=UTC)
 MACHINE = "arn:aws:states:us-east-1:123456789012:stateMachine:retrain-retrain"
@@ -96,14 +93,6 @@ class FakeHistory:
         started = {"executionStartedEventDetails": {"input": json.dumps({"dataset_version": self.version})}}
         entered = [{"stateEnteredEventDetails": {"name": name}} for name in self.states]
         yield {"events": [started, *entered]}
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    with mock_aws():
-        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-        create_ledger_table(dynamodb, "ledger")
-        yield Ledger(dynamodb, "ledger")
 
 
 @dataclass

@@ -7,16 +7,13 @@ statuses each story needs."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto import mock_aws
 
 from functions.common.errors import InvalidRunInputError, LockHeldByAnotherRunError
 from functions.common.requests import RunInput
@@ -26,7 +23,6 @@ from functions.data.models import LockRecord
 from functions.data.run_lock import STARTING_RUN_SECONDS, Executions, RunLock
 from functions.prepare_run.logic import RunLockGuard, RunPreparer
 from functions.trigger.logic import TriggerPolicy
-from retrain.local.cloudformation.stack import create_ledger_table
 from tests.unit.fakes import body, stubbed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,14 +47,6 @@ class FakeSfn:
         if name not in self.statuses:
             raise ClientError({"Error": {"Code": "ExecutionDoesNotExist", "Message": arn}}, "DescribeExecution")
         return {"executionArn": arn, "status": self.statuses[name]}
-
-
-@pytest.fixture
-def ledger() -> Iterator[Ledger]:
-    with mock_aws():
-        dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-        create_ledger_table(dynamodb, "ledger")
-        yield Ledger(dynamodb, "ledger")
 
 
 def lease(holder: str, *, expired: bool) -> LockRecord:
