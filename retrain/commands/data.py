@@ -42,11 +42,12 @@ from functions.common import clients
 from functions.data.ledger import Ledger
 from functions.data.models import BatchStatus, LockRecord, Trust
 from functions.data.reports import NEW, write_report
+from functions.data.run_lock import Executions
 from functions.data.storage import DataBucket
 from retrain import target as targets
 from retrain.ops.audit import DEFAULT_GRACE_SECONDS, KIND_TITLES, AuditReport, AuditUsageError, Kind, audit
 from retrain.ops.erasure import PurgeReport, PurgeUsageError
-from retrain.ops.purge import LockHeldError, PurgeError, Runs, purge, trust_item
+from retrain.ops.purge import LockHeldError, PurgeError, purge, trust_item
 from retrain.ops.status import DataStatus, data_status
 from retrain.ops.trust import (
     MEANINGS,
@@ -475,7 +476,7 @@ def purge_command(
     raise typer.Exit(1 if report.unmatched else 0)
 
 
-def _runs(state_machine_arn: str | None, connection: Connection) -> Runs | None:
+def _runs(state_machine_arn: str | None, connection: Connection) -> Executions | None:
     """Step Functions, to ask whether the run holding the lock still runs: the state machine
     named, or the stack's (deployed, or the offline one when no names were given)."""
     stack, endpoint_url, region = connection.stack, connection.endpoint_url, connection.region
@@ -484,7 +485,7 @@ def _runs(state_machine_arn: str | None, connection: Connection) -> Runs | None:
         sfn = clients.make(
             "stepfunctions", session=session, endpoint_url=endpoint_url, config=CLI_CONFIG, credentials=credentials
         )
-        return Runs(sfn, state_machine_arn)
+        return Executions(sfn, state_machine_arn)
     if connection.named and not stack:
         return None
     try:
@@ -493,7 +494,7 @@ def _runs(state_machine_arn: str | None, connection: Connection) -> Runs | None:
     except targets.TargetError:
         return None
     found = target.outputs.get("RetrainStateMachineArn")
-    return Runs(target.client("stepfunctions"), found) if found else None
+    return Executions(target.client("stepfunctions"), found) if found else None
 
 
 def _print_purge(report: PurgeReport) -> None:

@@ -104,11 +104,6 @@ class LockHeldError(RetrainError):
         self.lock = lock
 
 
-# Whether a lock's run is still going, asked of Step Functions: the lock's one rule
-# (functions/data/run_lock.py). Without it a purge takes every unexpired lease of a run as held.
-Runs = Executions
-
-
 @dataclass
 class PurgeLease:
     """The trigger's lock, held by a purge (`purge:<UTC time>-<random>`).
@@ -130,7 +125,7 @@ class PurgeLease:
         ledger: Ledger,
         *,
         clock: Callable[[], datetime],
-        runs: Runs | None = None,
+        runs: Executions | None = None,
         wait: bool = False,
         on_wait: Callable[[LockRecord], None] = lambda _: None,
         poll_seconds: float = WAIT_POLL_SECONDS,
@@ -571,7 +566,7 @@ def purge(
     *,
     dry_run: bool = False,
     clock: Callable[[], datetime] = utc_now,
-    runs: Runs | None = None,
+    runs: Executions | None = None,
     wait: bool = False,
     on_wait: Callable[[LockRecord], None] = lambda _: None,
     poll_seconds: float = WAIT_POLL_SECONDS,
