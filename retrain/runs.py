@@ -34,7 +34,7 @@ from functions.data.ledger import Ledger
 from functions.data.run_lock import RunLock
 from functions.notify.logic import Notified, Notifier
 from functions.notify.render import HEADLINES
-from functions.run_ended.cleanup import JobStop, RunCleanup
+from functions.run_ended.cleanup import JobStop, RunCleanup, job_status
 from functions.trigger.logic import Trigger
 
 if TYPE_CHECKING:
@@ -264,8 +264,9 @@ class Runs:
                 summary_uri=summary.artifacts.summary if summary else None,
             )
         progress(f"RunEndedFunction did not clean up within {job_timeout:.0f} s: doing it here")
+        cleanup = RunCleanup(sagemaker, lambda _: job_name, RunLock(ledger, self.clock).release)
         if job_name is not None:
-            job_status = _stop_job(sagemaker, job_name, job_timeout, progress)
+            job_status = _wait_for_stop(sagemaker, cleanup.stop_job(run), job_timeout, progress)
         told: list[Notified] = []
 
         def tell(_: JobStop) -> None:
@@ -284,7 +285,7 @@ class Runs:
 
         # The one clean-up's rule: whoever frees the lock tells the team, so RunEndedFunction, if it
         # is only late, finds the lock gone and sends nothing a second time (and the other way round).
-        outcome = RunCleanup(sagemaker, lambda _: job_name, RunLock(ledger, self.clock).release).end(run, tell)
+        outcome = cleanup.end(run, tell)
         if not outcome.told:
             progress("the lock was released meanwhile: RunEndedFunction has told the team")
             return CancelOutcome(run=run, cleaned_up_by="RunEndedFunction", job_name=job_name, job_status=job_status)
@@ -336,24 +337,19 @@ def _stop_execution(sfn: SFNClient, arn: str, cause: str) -> None:
 
 
 def _job_status(sagemaker: SageMakerClient, name: str | None) -> str | None:
-    if name is None:
-        return None
-    try:
-        return sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == "ValidationException":
-            return None  # recorded, never created
-        raise
+    return job_status(sagemaker, name) if name is not None else None
 
 
-def _stop_job(sagemaker: SageMakerClient, name: str, timeout: float, progress: Callable[[str], None]) -> str:
-    status = sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-    if status == "InProgress":
-        sagemaker.stop_training_job(TrainingJobName=name)
-        progress(f"asked training job {name} to stop")
-    deadline = time.monotonic() + timeout
+def _wait_for_stop(
+    sagemaker: SageMakerClient, job: JobStop, timeout: float, progress: Callable[[str], None]
+) -> str | None:
+    """Wait up to `timeout` for the job the clean-up asked to stop (or found ended) to be Stopped."""
+    assert job.job_name is not None
+    if job.stopped:
+        progress(f"asked training job {job.job_name} to stop")
+    status, deadline = job.status, time.monotonic() + timeout
     while status in {"InProgress", "Stopping"} and time.monotonic() < deadline:
         time.sleep(1)
-        status = sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
-    progress(f"training job {name}: {status}")
+        status = job_status(sagemaker, job.job_name)
+    progress(f"training job {job.job_name}: {status}")
     return status

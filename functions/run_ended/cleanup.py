@@ -50,6 +50,16 @@ class CleanupOutcome(BaseModel):
     told: bool  # this caller freed the lock, and so told the team
 
 
+def job_status(sagemaker: SageMakerClient, job_name: str) -> str | None:
+    """The job's status; None for a job recorded for its run but never created."""
+    try:
+        return sagemaker.describe_training_job(TrainingJobName=job_name)["TrainingJobStatus"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "ValidationException":
+            return None
+        raise
+
+
 @dataclass(frozen=True)
 class RunCleanup:
     sagemaker: SageMakerClient
@@ -62,12 +72,7 @@ class RunCleanup:
         job_name = self.job_of(run)
         if job_name is None:
             return JobStop()
-        try:
-            status = self.sagemaker.describe_training_job(TrainingJobName=job_name)["TrainingJobStatus"]
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") == "ValidationException":
-                return JobStop(job_name=job_name)  # recorded, never created
-            raise
+        status = job_status(self.sagemaker, job_name)
         if status not in STOPPABLE:
             return JobStop(job_name=job_name, status=status)
         self.sagemaker.stop_training_job(TrainingJobName=job_name)
