@@ -1,6 +1,6 @@
 """The offline stack: moto plus what moto cannot run, created from `template.yaml`.
 
-`OfflineStack` starts moto (in-process `mock_aws` for tests, `ThreadedMotoServer` on loopback for
+`OfflineStack` starts moto (in-process `mock_aws` for tests, moto's app behind cheroot on loopback for
 `retrain local up`) with its Step Functions engine on, creates the template's resources, hosts the
 functions in-process (or, with `lambda_concurrency` above one, in worker processes that run
 invocations at the same time), and plays the SQS event-source mappings, the schedules and
@@ -26,15 +26,12 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from moto import mock_aws
-from moto.stepfunctions.parser.asl.eval.environment import Environment
-from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
-from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.utils import TMP_THREADS
-from moto.stepfunctions.responses import StepFunctionResponse
 
 from functions.common.errors import RetrainError
 from retrain.local.cloudformation.resources import CreatedStack, ResourceBuilder
 from retrain.local.cloudformation.template import Created, Resolver, TemplateError, load_template
+from retrain.local.endpoint import moto_fixes
 from retrain.local.endpoint.clients import StackClients
 from retrain.local.endpoint.emulators import EmulatorRegistry
 from retrain.local.endpoint.gateway import GatewayMotoServer
@@ -49,6 +46,7 @@ from retrain.local.sagemaker.training import TrainingEmulator
 from retrain.package import build_sourcedir, release_trainer
 
 log = logging.getLogger(__name__)
+moto_fixes.apply()
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_TEMPLATE = REPO_ROOT / "template.yaml"
@@ -124,7 +122,7 @@ class StackOptions:
     # "Step Functions Execution Status Change" events; off: only `stack.eventbridge.sweep()` looks.
     # Independent of `poll` and `tick`: AWS sends these events whoever drives the functions.
     watch_executions: bool = True
-    watch_seconds: float = 0.2
+    watch_seconds: float = 0.5
 
     def __post_init__(self) -> None:
         if self.lambda_concurrency < 1:
@@ -377,8 +375,6 @@ class OfflineStack:
             self._mock = mock_aws(config={"stepfunctions": {"execute_state_machine": True}})
             self._mock.start()
             return
-        # Werkzeug logs every request; the poller alone makes several a second.
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)
         # With the emulators in front, so clients in other processes reach them too.
         server = GatewayMotoServer(
             self.emulators, region=self.options.region, ip_address=self.options.host, port=self.options.port
@@ -593,89 +589,3 @@ def _check_constraints(name: str, value: str, spec: dict[str, Any]) -> None:
                 raise TemplateError(f"parameter {name}: {item} is below its MinValue {spec['MinValue']}{hint}")
             if "MaxValue" in spec and number > float(spec["MaxValue"]):
                 raise TemplateError(f"parameter {name}: {item} is above its MaxValue {spec['MaxValue']}{hint}")
-
-
-def _send_task_failure_with_its_cause(self: StepFunctionResponse) -> Any:
-    """moto 5.2.5's SendTaskFailure drops the request's `cause` before its engine sees it; AWS hands
-    it to the state's Catch (`Cause`), and the run's message quotes it. Pass it through."""
-    from moto.core.responses import EmptyResult  # noqa: PLC0415
-
-    self.stepfunction_backend.send_task_failure(  # type: ignore[call-arg]
-        self._get_param("taskToken"), error=self._get_param("error"), cause=self._get_param("cause")
-    )
-    return EmptyResult()
-
-
-StepFunctionResponse.send_task_failure = _send_task_failure_with_its_cause  # type: ignore[method-assign]
-
-_moto_set_error = Environment.set_error
-_moto_set_timed_out = Environment.set_timed_out
-
-
-def _set_error_unless_stopped(self: Environment, error: Any) -> None:
-    """moto 5.2.5 lets an error raised after StopExecution (a task waiting for its token wakes
-    and fails) overwrite the stop, so the execution ends FAILED; on AWS a stopped execution is
-    ABORTED, and RunEndedFunction tells the team it was stopped, not that it failed."""
-    with self._state_mutex:
-        if not isinstance(self._program_state, ProgramStopped):
-            _moto_set_error(self, error)
-
-
-def _set_timed_out_unless_stopped(self: Environment) -> None:
-    with self._state_mutex:
-        if not isinstance(self._program_state, ProgramStopped):
-            _moto_set_timed_out(self)
-
-
-_moto_set_stop = Environment.set_stop
-
-
-def _set_stop_and_wake_the_waiting_tasks(
-    self: Environment, stop_date: Any, cause: str | None, error: str | None
-) -> None:
-    """moto 5.2.5 leaves a `.waitForTaskToken` task with a heartbeat asleep after StopExecution
-    until its token is answered or its heartbeat runs out (25 minutes here), and the execution
-    stays RUNNING meanwhile; on AWS it is ABORTED at once. Wake the waiting tasks: they see the stop."""
-    _moto_set_stop(self, stop_date=stop_date, cause=cause, error=error)
-    for endpoint in list(self.callback_pool_manager._pool.values()):
-        endpoint.interrupt_all()
-
-
-Environment.set_stop = _set_stop_and_wake_the_waiting_tasks  # type: ignore[method-assign]
-Environment.set_error = _set_error_unless_stopped  # type: ignore[method-assign]
-Environment.set_timed_out = _set_timed_out_unless_stopped  # type: ignore[method-assign]
-
-
-def _stop_execution_with_its_error_and_cause(self: StepFunctionResponse) -> Any:
-    """moto 5.2.5's StopExecution drops the request's `error` and `cause` (it stops with empty
-    ones); AWS keeps them on the execution, and RunEndedFunction quotes the cause to the team."""
-    from moto.core.responses import ActionResult  # noqa: PLC0415
-    from moto.core.utils import utcnow  # noqa: PLC0415
-    from moto.stepfunctions.exceptions import ExecutionDoesNotExist  # noqa: PLC0415
-
-    arn = self._get_param("executionArn")
-    backend = self.stepfunction_backend
-    backend._validate_execution_arn(arn)
-    machine = backend._get_state_machine_for_execution(arn)
-    execution = next((x for x in machine.executions if x.execution_arn == arn), None)
-    if execution is None:
-        raise ExecutionDoesNotExist("Execution Does Not Exist: '" + arn + "'")
-    execution.stop(stop_date=utcnow(), error=self._get_param("error"), cause=self._get_param("cause"))
-    return ActionResult({"stopDate": execution.stop_date})
-
-
-StepFunctionResponse.stop_execution = _stop_execution_with_its_error_and_cause  # type: ignore[method-assign]
-
-_moto_reflect_execution_status = BaseExecutionWorkerCommunication._reflect_execution_status
-
-
-def _reflect_the_stop_s_error_and_cause(self: BaseExecutionWorkerCommunication) -> None:
-    """moto 5.2.5 forgets StopExecution's `error` and `cause`; AWS's DescribeExecution (and the
-    execution status change event) carry them, and the team's message quotes the cause."""
-    _moto_reflect_execution_status(self)  # type: ignore[no-untyped-call]
-    ended = self.execution.exec_worker.env.program_state()  # type: ignore[union-attr]
-    if isinstance(ended, ProgramStopped):
-        self.execution.error, self.execution.cause = ended.error or None, ended.cause or None
-
-
-BaseExecutionWorkerCommunication._reflect_execution_status = _reflect_the_stop_s_error_and_cause  # type: ignore[method-assign]

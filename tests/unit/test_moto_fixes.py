@@ -1,0 +1,86 @@
+"""The speed fixes in `retrain/local/endpoint/moto_fixes.py` keep moto's answers as they were.
+
+Each replaces work moto repeats on every request (counting a queue's messages, re-importing S3's
+URL table, listing its own package) with the same answer got cheaply: these tests check the
+answers, not the speed (`benchmarks/bench_intake.py` measures that).
+"""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from moto import backends, mock_aws
+from moto.s3.models import s3_backends
+from moto.sqs.models import sqs_backends
+
+from retrain.local.endpoint import moto_fixes
+
+moto_fixes.apply()
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+
+
+@mock_aws
+def test_a_message_is_delivered_within_its_retention_period_and_not_after() -> None:
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(QueueName="q", Attributes={"MessageRetentionPeriod": "60"})["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="fresh")
+    sqs.send_message(QueueUrl=url, MessageBody="stale")
+    queue = sqs_backends[ACCOUNT][REGION].get_queue("q")
+    stale = next(m for m in queue._messages if m.body == "stale")
+    # Sent 61 s ago: past its 60 s retention (moto types the field None until a send sets it).
+    stale.sent_timestamp = int(stale.sent_timestamp or 0) - 61_000  # type: ignore[assignment]
+
+    answer = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+
+    assert [m["Body"] for m in answer["Messages"]] == ["fresh"]
+
+
+@mock_aws
+def test_queue_counts_are_exact_outside_a_send() -> None:
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    for index in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=str(index))
+    sqs.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=60)
+    sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=60)
+
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+
+    assert attributes["ApproximateNumberOfMessages"] == "2"
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == "1"
+    assert attributes["ApproximateNumberOfMessagesDelayed"] == "1"
+
+
+@mock_aws
+def test_a_fifo_queue_with_content_based_deduplication_still_deduplicates() -> None:
+    # The one thing a send reads from the queue's attributes.
+    sqs = boto3.client("sqs", region_name=REGION)
+    url = sqs.create_queue(QueueName="q.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})[
+        "QueueUrl"
+    ]
+    for _ in range(2):
+        sqs.send_message(QueueUrl=url, MessageBody="same", MessageGroupId="g")
+
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+
+    assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "1"
+
+
+@mock_aws
+def test_s3_url_patterns_follow_a_changed_custom_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = s3_backends[ACCOUNT]["global"]
+    before = set(backend.urls)
+    monkeypatch.setenv("MOTO_S3_CUSTOM_ENDPOINTS", "http://s3.example.internal:4566")
+
+    after = set(backend.urls)
+
+    assert any("example" in url for url in after - before)
+    assert backend.urls.keys() == after  # and kept, not rebuilt, while the setting stays
+
+
+def test_moto_modules_are_those_of_the_installed_package() -> None:
+    listed = backends.list_of_moto_modules()
+
+    assert {"s3", "sqs", "dynamodb", "stepfunctions"} <= set(listed)
+    assert list(listed) == list(moto_fixes._moto_modules_listed())
