@@ -16,7 +16,7 @@ from rich.console import Console
 
 # The modules of each extra that the commands import (pyproject.toml lists the distributions).
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "local": ("moto", "werkzeug", "psutil", "packaging"),
+    "local": ("moto", "werkzeug", "cheroot", "psutil", "packaging"),
     "trainer": ("numpy", "torch"),
 }
 

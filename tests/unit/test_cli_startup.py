@@ -25,7 +25,7 @@ from retrain.cli import app
 from .validation.corpus import jpeg, mask
 
 ROOT = Path(__file__).resolve().parents[2]
-HEAVY = ("moto", "werkzeug", "cfnlint", "torch")
+HEAVY = ("moto", "werkzeug", "cheroot", "cfnlint", "torch")
 # What the `local` and `trainer` extras bring, and `retrain[cli]` lacks.
 NOT_IN_CLI_EXTRA = (*HEAVY, "psutil", "packaging", "numpy")
 

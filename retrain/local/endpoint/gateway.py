@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
@@ -22,9 +23,8 @@ import botocore.session
 from botocore.config import Config
 from botocore.exceptions import ClientError, ParamValidationError
 from botocore.model import Shape
-from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-from werkzeug.serving import make_server
+from cheroot import wsgi
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 from functions.common import clients
 from retrain.local.endpoint.emulators import EmulatorRegistry
@@ -131,17 +131,50 @@ def to_json(value: Any, shape: Shape | None) -> Any:  # noqa: PLR0911 (one retur
     return value
 
 
-class GatewayMotoServer(ThreadedMotoServer):
-    """moto's threaded server with the emulator gateway in front of its app."""
+class GatewayMotoServer:
+    """moto's app, with the emulator gateway in front, served on loopback by cheroot.
+
+    moto's own `ThreadedMotoServer` runs werkzeug's development server, which closes the
+    connection after every answer ("keep-alive ... isn't handled well by Python's http.server")
+    and starts a thread for each new one: every AWS call of a function opened a TCP connection
+    and a thread, and urllib3 found its pooled connection dropped each time. cheroot keeps
+    HTTP/1.1 connections alive and answers from a fixed pool of threads, as an AWS endpoint does.
+    """
+
+    # Requests beyond the pool wait for a thread, they are not refused: an SQS long poll holds one
+    # for its wait, and with worker processes every function environment has its own connections.
+    THREADS = 32
+    KEEP_ALIVE_CONNECTIONS = 1000
 
     def __init__(self, registry: EmulatorRegistry, *, region: str, ip_address: str, port: int) -> None:
-        super().__init__(ip_address=ip_address, port=port, verbose=False)
         self._registry = registry
         self._region = region
+        self._ip_address = ip_address
+        self._port = port
+        self._server: wsgi.Server | None = None
+        self._thread: threading.Thread | None = None
 
-    def _server_entry(self) -> None:
+    def start(self) -> None:
         app = EmulatorGateway(DomainDispatcherApplication(create_backend_app), self._registry, self._region)
-        # The same server moto builds (threaded, its request handler), with our app in front.
-        self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
-        self._server_ready_event.set()
-        self._server.serve_forever()
+        server = wsgi.Server((self._ip_address, self._port), app, numthreads=self.THREADS, server_name="retrain-local")
+        # Every client (the stack's, each function's, each worker process's) keeps its own pool of
+        # connections: cheroot's default of 10 kept-alive connections would close the others'.
+        server.keep_alive_conn_limit = self.KEEP_ALIVE_CONNECTIONS
+        server.prepare()  # bound and listening when this returns: the port is known
+        self._server = server
+        self._thread = threading.Thread(target=server.serve, name="aws-endpoint", daemon=True)
+        self._thread.start()
+
+    def get_host_and_port(self) -> tuple[str, int]:
+        if self._server is None:
+            raise RuntimeError("the AWS endpoint is not started")
+        host, port = self._server.bind_addr[:2]
+        return str(host), int(port)
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.stop()  # closes the listening socket and the connections, joins the threads
+        if self._thread is not None:
+            self._thread.join(timeout=10)
