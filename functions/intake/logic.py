@@ -13,7 +13,7 @@ import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes import S3Event
@@ -107,16 +107,24 @@ def parse_notification(body: str) -> list[S3ObjectEvent]:
 class Intake(Bookkeeper):
     config: ValidationConfig
     pause: Callable[[float], None] = time.sleep
+    grown: set[str] = field(default_factory=set)  # batches in which this invocation curated a pair
 
     def _move_limit(self) -> int:
         return self.config.max_file_bytes
 
     def finish(self) -> None:
         """At the end of an invocation: rewrite the reports of the closed batches it touched, and
-        ask the trigger to look if it closed one (the trigger decides whether a run starts)."""
-        self.report_closed()
+        ask the trigger to look if it closed one, or curated pairs into one already closed (the
+        trigger decides whether a run starts).
+
+        S3 and SQS keep no order, so a batch's `_COMPLETE` marker, uploaded last, is often
+        processed before some of its pairs: the trigger that the close asked then finds too few
+        new pairs, and without a second look the rest would wait for the schedule (hours)."""
+        reported = self.report_closed()
         if self.newly_closed:
             self.kick("batch closed")
+        elif self.grown & set(reported):
+            self.kick("pairs curated after their batch closed")
 
     def objects_in(self, message_body: str) -> list[S3ObjectEvent]:
         """The object versions one SQS message of S3 notifications names.
@@ -296,6 +304,7 @@ class Intake(Bookkeeper):
             # New data exists only from here on. Had the trigger consumed the batch since this
             # object's first touch (a judgement slower than the settle period), this brings it back.
             self._touch(batch)
+            self.grown.add(batch)
         return fate or _file_status(pair.status)
 
     def _judge(self, pair: PairRecord, arrived: Side) -> tuple[PairRecord, FileStatus | None]:

@@ -7,6 +7,8 @@ and a clock the test sets; the intake and the sweeper share them, as the deploye
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -93,6 +95,36 @@ def test_a_batch_closed_by_its_marker_is_reported_and_the_trigger_asked_to_look(
 
     assert kicks == ["batch closed"]
     assert "reports/batches/munich/report.json" in [key for key, _ in intake_at.versions("reports/")]
+
+
+def test_pairs_curated_after_their_marker_closed_the_batch_ask_the_trigger_to_look_again(intake_at: Harness) -> None:
+    # S3 and SQS keep no order: the marker, uploaded last, is processed first, in one invocation,
+    # and the pair in the next. Without a second look it would wait for the trigger's schedule.
+    kicks: list[str] = []
+    intake_at.intake.kick = kicks.append
+    assert intake_at.intake.process(intake_at.upload("incoming/munich/_COMPLETE", b"")) is FileStatus.MARKER
+    intake_at.intake.finish()
+    pair = scene(1)
+
+    later = dataclasses.replace(intake_at.intake, touched=set(), newly_closed=set(), grown=set())
+    later.process(intake_at.upload("incoming/munich/images/street.jpg", pair.image))
+    later.process(intake_at.upload("incoming/munich/labels/street.png", pair.label))
+    later.finish()
+
+    assert kicks == ["batch closed", "pairs curated after their batch closed"]
+    report = json.loads(intake_at.body("reports/batches/munich/report.json"))
+    assert len(report["accepted"]) == 1
+
+
+def test_objects_of_an_open_batch_ask_the_trigger_nothing(intake_at: Harness) -> None:
+    kicks: list[str] = []
+    intake_at.intake.kick = kicks.append
+    pair = scene(1)
+    intake_at.intake.process(intake_at.upload("incoming/munich/images/street.jpg", pair.image))
+    intake_at.intake.process(intake_at.upload("incoming/munich/labels/street.png", pair.label))
+    intake_at.intake.finish()
+
+    assert kicks == []
 
 
 def test_a_batch_named_runs_is_reported_among_the_batches_never_among_the_runs_evidence(intake_at: Harness) -> None:
