@@ -20,7 +20,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image
 from rich.console import Console
@@ -44,17 +44,31 @@ from retrain.local.events.notifications import TopicInbox
 from retrain.runs import run_state
 from retrain.synth import write_scenes
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 FINAL = {"curated", "quarantined", "duplicate", "superseded", "marker", "refused"}
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 BROKEN = 5  # objects the demo breaks on purpose (see `_files`)
+# The two teams: the first drop trains the first model, which then screens the second's labels.
+FIRST_TEAM, SECOND_TEAM = "munich", "berlin"
+# How the second team's annotation tool was misconfigured for part of its export.
+WRONG_CLASS_MAP = {"road": "sky", "sky": "road", "building": "vegetation", "vegetation": "building"}
+# The second run fine-tunes the accepted model (it starts from its weights): fewer epochs do.
+LATER_EPOCHS = 2
+# A first model that learns the big classes in seconds, enough to judge them (screening judges a
+# class only where the model's IoU reaches 0.3).
+HYPERPARAMETERS = {"workers": 0, "lr": 0.05, "class-weighting": "balanced"}
 VERDICT_STYLES = {rules.ISSUES: "yellow", rules.PASSED: "green", rules.NOT_APPLICABLE: "dim", rules.ERROR: "red"}
 
 
 @dataclass(frozen=True)
 class DemoOptions:
-    count: int = 200
-    size: tuple[int, int] = (256, 128)
-    epochs: int = 4
+    count: int = 200  # the first team's scenes; the second drops a fifth as many (at least 10)
+    # Small scenes, whole: a first model that judges road, sky, building and vegetation (IoU of
+    # 0.3 and more) after 8 epochs of about 3 s, and an intake of small objects.
+    size: tuple[int, int] = (128, 64)
+    epochs: int = 8
     processes: int = 1  # emulated training hosts, one process each
     out: Path = Path("retrain-demo")
     timeout: float = 600.0
@@ -72,8 +86,20 @@ class DemoOptions:
             "PollMaxSeconds": "2",
             "TrainingInstanceCount": str(self.processes),
             "TrainingEpochs": str(self.epochs),
-            "TrainingCrop": f"{max(32, width // 2)}x{max(32, height // 2)}",
+            "TrainingCrop": f"{min(width, 128)}x{min(height, 64)}",
+            "TrainingBatchSize": "8",
+            "TrainingExtraHyperparameters": json.dumps(HYPERPARAMETERS),
         }
+
+    @property
+    def second_count(self) -> int:
+        return max(10, self.count // 5)
+
+    @property
+    def swapped(self) -> int:
+        """The second drop's pairs with the wrong class map: a minority (15 %), fewer than a fifth
+        of the batch, so the screen leaves them out rather than holding the batch whole."""
+        return max(2, self.second_count * 3 // 20)
 
 
 @dataclass
@@ -95,15 +121,25 @@ class Demo:
         self.console = console
         self.summary: RunSummary | None = None
         self._run = ""
+        self._runs: set[str] = set()  # the executions already followed
+        self._rules_shown = False
+        self._first = True  # following the first run
 
     def run(self) -> DemoResult:
         logging.getLogger("moto").setLevel(logging.CRITICAL)
         warnings.filterwarnings("ignore", message="No application metrics to publish")
-        batch = time.strftime("demo-%Y%m%d-%H%M%S")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
         # The functions log and emit metrics as on AWS (JSON lines on stdout, which CloudWatch
         # Logs keeps); that goes to this file, and the stages below say what happened.
-        self.function_log = (self.options.out / "logs" / f"{batch}.log").resolve()
-        options = StackOptions(mode="server", parameters=self.options.parameters(), function_log=self.function_log)
+        self.function_log = (self.options.out / "logs" / f"demo-{stamp}.log").resolve()
+        options = StackOptions(
+            mode="server",
+            parameters=self.options.parameters(),
+            function_log=self.function_log,
+            # Two execution environments per function, in worker processes, as Lambda scales a
+            # function out: the intake's two SQS pollers check objects on both cores.
+            lambda_concurrency=2,
+        )
         started = time.monotonic()
         self._stage("Starting the offline stack (moto, the real functions and state machine, emulated FSx/SageMaker)")
         with OfflineStack(options) as stack:
@@ -111,7 +147,7 @@ class Demo:
             self.bucket = stack.created.outputs["DataBucketName"]
             self.console.print(f"  AWS endpoint {stack.endpoint_url}, data bucket s3://{self.bucket}", soft_wrap=True)
             inbox = stack.topic_inbox("demo-inbox")
-            result = self._play(batch, inbox)
+            result = self._play(stamp, inbox)
         if result.run is None:  # "Where to look" names it otherwise
             self.console.print(f"  What the functions logged: {self.function_log}", soft_wrap=True)
         self.console.print(
@@ -123,33 +159,70 @@ class Demo:
     def _stage(self, text: str) -> None:
         self.console.print(f"\n[bold cyan]>[/bold cyan] [bold]{text}[/bold]", soft_wrap=True)
 
-    def _play(self, batch: str, inbox: TopicInbox) -> DemoResult:
-        with tempfile.TemporaryDirectory() as folder:
-            files = self._draw(Path(folder))
-            keys = self._upload(batch, files)
-        fates = self._intake(batch, keys)
-        report = self._batch_report(batch)
-        problems = [f"{len(keys) - len(fates)} objects not accounted for"] if len(fates) < len(keys) else []
-        execution = self._wait_for_run()
-        if execution is None:
-            reason = self._trigger_declined() or "the trigger did not run"
-            return DemoResult(ok=False, problems=[*problems, f"no retraining run started: {reason}"])
-        run = self._run = execution["name"]
-        self._follow(execution["executionArn"])
-        summary = self.summary or self._summary(run)
-        self._messages(inbox)
-        result = self._where_to_look(run, summary, report)
-        ok = not problems and summary is not None and summary.outcome == "accepted"
-        if summary is not None and summary.outcome != "accepted":
-            problems.append(f"the run ended {summary.outcome}")
+    def _play(self, stamp: str, inbox: TopicInbox) -> DemoResult:
+        first, second = f"{FIRST_TEAM}-{stamp}", f"{SECOND_TEAM}-{stamp}"
+        self._chapter(f"Team {FIRST_TEAM}'s first drop: the first model")
+        problems, _ = self._drop(first, self._draw)
+        run, summary = self._retrain()
+        if summary is None or run is None:
+            return DemoResult(ok=False, problems=[*problems, f"the first run did not end: {self._why_no_run()}"])
+        if summary.outcome != "accepted":
+            return DemoResult(ok=False, run=run, summary=summary, problems=[f"the first run ended {summary.outcome}"])
+        self._messages(inbox, full=False)
+
+        # The accepted model now judges every new pair's labels before anything trains on them.
+        self._first = False
+        self.stack.update_function_environment(
+            "TrainingJobFunction",
+            TRAINING_EXTRA_HYPERPARAMETERS=json.dumps({**HYPERPARAMETERS, "epochs": LATER_EPOCHS}),
+        )
+        self._chapter(f"Team {SECOND_TEAM}'s drop: part of it exported with the wrong class map")
+        more, report = self._drop(second, self._draw_second)
+        problems += more
+        run, summary = self._retrain()
+        if summary is None or run is None:
+            return DemoResult(ok=False, problems=[*problems, f"the second run did not end: {self._why_no_run()}"])
+        self._messages(inbox, full=True)
+        result = self._where_to_look(run, summary, report, screened=second)
+        caught = summary.left_out.get(second, 0) > 0 or second in summary.held
+        if not caught:
+            problems.append(f"the screen did not flag {second}'s wrong class map")
         return DemoResult(
-            ok=ok,
+            ok=not problems,
             run=run,
             summary=summary,
             local_folder=result[0],
             report=result[1],
             problems=problems,
         )
+
+    def _chapter(self, text: str) -> None:
+        self.console.rule(f"[bold]{text}[/bold]")
+
+    def _drop(
+        self, batch: str, draw: Callable[[Path], list[tuple[str, bytes]]]
+    ) -> tuple[list[str], dict[str, Any] | None]:
+        """A team's drop, from drawing to its closed batch report; the problems seen on the way."""
+        with tempfile.TemporaryDirectory() as folder:
+            keys = self._upload(batch, draw(Path(folder)))
+        fates = self._intake(batch, keys)
+        curated_pairs = sum(fate["status"] == "curated" for fate in fates.values()) // 2
+        report = self._batch_report(batch, curated_pairs)
+        missing = len(keys) - len(fates)
+        return ([f"{missing} objects of {batch} not accounted for"] if missing else []), report
+
+    def _retrain(self) -> tuple[str | None, RunSummary | None]:
+        """The run the closed batch starts, followed to its end: its name and summary."""
+        execution = self._wait_for_run()
+        if execution is None:
+            return None, None
+        run = self._run = execution["name"]
+        self.summary = None
+        self._follow(execution["executionArn"])
+        return run, self.summary or self._summary(run)
+
+    def _why_no_run(self) -> str:
+        return self._trigger_declined() or "no retraining run started"
 
     def _draw(self, folder: Path) -> list[tuple[str, bytes]]:
         count, size = self.options.count, self.options.size
@@ -164,6 +237,28 @@ class Demo:
             soft_wrap=True,
         )
         return files
+
+    def _draw_second(self, folder: Path) -> list[tuple[str, bytes]]:
+        count, swapped, size = self.options.second_count, self.options.swapped, self.options.size
+        self._stage(
+            f"Drawing {count} scenes of other streets; {swapped} of their masks with road and sky, "
+            "building and vegetation exchanged"
+        )
+        with self._progress(spinner=True) as progress:
+            progress.add_task("drawing scenes", total=None)
+            wrong = write_scenes(folder / "wrong", count=swapped, size=size, seed=1, class_map=WRONG_CLASS_MAP)
+            right = write_scenes(folder / "right", count=count - swapped, size=size, seed=2)
+        self.console.print(
+            "  a misconfigured export: valid files, wrong labels. Every validation check passes them; "
+            f"only a model can see it: {', '.join(image.stem for image, _ in wrong)}",
+            soft_wrap=True,
+        )
+        files = [
+            (f"{kind}/{path.name}", path.read_bytes())
+            for pair in [*wrong, *right]
+            for kind, path in zip(("images", "labels"), pair, strict=True)
+        ]
+        return [*files, ("_COMPLETE", b"")]
 
     def _upload(self, batch: str, files: list[tuple[str, bytes]]) -> list[str]:
         self._stage(f"Uploading to s3://{self.bucket}/incoming/{batch}/ as an annotation team would")
@@ -196,11 +291,15 @@ class Demo:
         with self._progress() as progress:
             task = progress.add_task("objects checked", total=len(keys))
             while time.monotonic() < deadline:
-                fates = {k: f for k, f in self._fates(batch).items() if f["status"] in FINAL}
-                progress.update(task, completed=len(fates))
-                if len(fates) >= len(keys):
-                    break
-                time.sleep(0.3)
+                # A count while the intake works (moto would serialize every record of a full
+                # read in the process the intake runs in), the records once all are settled.
+                settled = self._settled(batch)
+                progress.update(task, completed=min(settled, len(keys)))
+                if settled >= len(keys):
+                    fates = {k: f for k, f in self._fates(batch).items() if f["status"] in FINAL}
+                    if len(fates) >= len(keys):
+                        break
+                time.sleep(0.5)
         counts: dict[str, int] = {}
         for fate in fates.values():
             counts[fate["status"]] = counts.get(fate["status"], 0) + 1
@@ -218,6 +317,23 @@ class Demo:
         self.console.print(table)
         return fates
 
+    def _settled(self, batch: str) -> int:
+        """Objects of the batch with their fate (superseded versions aside): a count, no records."""
+        final = sorted(FINAL - {"superseded"})
+        pages = self.stack.aws.dynamodb.get_paginator("query").paginate(
+            TableName=self.stack.ref("LedgerTable"),
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :files)",
+            FilterExpression="#status IN (" + ", ".join(f":s{i}" for i in range(len(final))) + ")",
+            ExpressionAttributeNames={"#status": "status"},
+            ExpressionAttributeValues={
+                ":pk": {"S": f"batch#{batch}"},
+                ":files": {"S": "file#"},
+                **{f":s{i}": {"S": status} for i, status in enumerate(final)},
+            },
+            Select="COUNT",
+        )
+        return sum(page["Count"] for page in pages)
+
     def _fates(self, batch: str) -> dict[str, dict[str, Any]]:
         pages = self.stack.aws.dynamodb.get_paginator("query").paginate(
             TableName=self.stack.ref("LedgerTable"),
@@ -232,9 +348,15 @@ class Demo:
                     fates[record["key"]] = record
         return fates
 
-    def _batch_report(self, batch: str) -> dict[str, Any] | None:
+    def _batch_report(self, batch: str, pairs: int) -> dict[str, Any] | None:
+        """The batch's report once it is closed and counts its `pairs` (the marker may close the
+        batch before its last pairs are curated; each of them rewrites the report)."""
         key = prefixes.report_key(batch, "report.json")
-        report = self._wait_json(key, lambda doc: doc.get("status") == "closed", timeout=60)
+
+        def ready(doc: dict[str, Any]) -> bool:
+            return doc.get("status") == "closed" and len(doc.get("accepted", [])) >= pairs
+
+        report = self._wait_json(key, ready, timeout=60)
         if report is None:
             self.console.print(f"  [red]batch {batch} has no closed report at s3://{self.bucket}/{key}[/red]")
             return None
@@ -266,15 +388,18 @@ class Demo:
     def _wait_for_run(self) -> dict[str, Any] | None:
         sfn = self.stack.aws.stepfunctions
         machine = self.stack.ref("RetrainStateMachine")
+        # A look can decline before the batch's last pairs are curated (its marker came first); they
+        # ask for another. Only a minute with no run says the trigger decided to wait.
         deadline = time.monotonic() + 60
         with self._progress(spinner=True) as progress:
             progress.add_task("waiting for the trigger to freeze a dataset version and start a run", total=None)
             while time.monotonic() < deadline:
-                runs = sfn.list_executions(stateMachineArn=machine)["executions"]
+                runs = [
+                    r for r in sfn.list_executions(stateMachineArn=machine)["executions"] if r["name"] not in self._runs
+                ]
                 if runs:
+                    self._runs.add(runs[0]["name"])
                     return dict(runs[0])
-                if self._trigger_declined() is not None:
-                    return None  # the trigger looked and decided to wait: nothing will start
                 time.sleep(0.3)
         return None
 
@@ -343,8 +468,9 @@ class Demo:
         elif name == "Start training" and state.job is not None:
             options = self.options
             self._stage(f"SageMaker training job {state.job.job_name}")
+            epochs = f"{options.epochs} epochs" if self._first else f"{LATER_EPOCHS} epochs from the accepted model"
             self.console.print(
-                f"  {options.processes} x ml.m5.xlarge (emulated: torchrun on this machine), {options.epochs} epochs, "
+                f"  {options.processes} x ml.m5.xlarge (emulated: torchrun on this machine), {epochs}, "
                 "profiling on; epochs as the job's CloudWatch log stream reports them:",
                 soft_wrap=True,
             )
@@ -371,8 +497,9 @@ class Demo:
             return
         values = dict(part.split("=", 1) for part in line.removeprefix("METRIC ").split() if "=" in part)
         if "epoch" in values and "val_miou" in values:
+            total = self.options.epochs if self._first else LATER_EPOCHS
             self.console.print(
-                f"  epoch {values['epoch']}/{self.options.epochs}: train loss {float(values['train_loss']):.3f}, "
+                f"  epoch {values['epoch']}/{total}: train loss {float(values['train_loss']):.3f}, "
                 f"val mIoU {float(values['val_miou']):.3f}, {float(values.get('images_per_sec', 0)):.0f} images/s, "
                 f"data stall {float(values.get('stall_fraction', 0)):.0%}, "
                 f"{float(values.get('epoch_seconds', 0)):.1f} s"
@@ -423,7 +550,11 @@ class Demo:
         elif summary.error:
             self.console.print(f"  [red]{summary.outcome} at {summary.failed_state}: {summary.error}[/red]")
             self.console.print(f"    {summary.cause or ''}", soft_wrap=True, markup=False)
-        if summary.rules:
+        if summary.rules and self._rules_shown:
+            issues = [rule.name for rule in summary.rules if rules.verdict(rule) == rules.ISSUES]
+            self.console.print(f"  profiler rules: {', '.join(issues) or 'no'} issues found (the report has them all)")
+        elif summary.rules:
+            self._rules_shown = True
             table = Table(title=f"Profiler rules ({summary.rules_backend})", title_justify="left", show_edge=False)
             for column in ("rule", "verdict", "what to do"):
                 table.add_column(column, overflow="fold")
@@ -434,32 +565,45 @@ class Demo:
             self.console.print(table)
         return summary
 
-    def _messages(self, inbox: TopicInbox) -> None:
+    def _messages(self, inbox: TopicInbox, *, full: bool) -> None:
+        """The run's messages: in full, or (the first run's) by their subject."""
         deadline = time.monotonic() + 10
         emails: list[dict[str, Any]] = []
         while not emails and time.monotonic() < deadline:
             emails = inbox.receive()
+        if not full:
+            for email in emails:
+                self.console.print(f"  E-mail (SNS), subject: {email.get('Subject', '')}", soft_wrap=True)
+            self.console.print("  (the second run's messages are shown in full below)")
+            if self.stack.slack is not None:
+                self._slack_seen = len(self.stack.slack.messages)
+            return
         for email in emails:
             self.console.print(f"\n[bold]E-mail (SNS)[/bold], subject: {email.get('Subject', '')}", soft_wrap=True)
             self.console.print(email["Message"], soft_wrap=True, markup=False, highlight=False)
-        for posted in self.stack.slack.messages if self.stack.slack else []:
+        for posted in self.stack.slack.messages[getattr(self, "_slack_seen", 0) :] if self.stack.slack else []:
             self.console.print(f"\n[bold]Slack[/bold] ({len(posted.get('blocks', []))} Block Kit blocks):")
             self.console.print(_slack_as_text(posted), soft_wrap=True, markup=False, highlight=False)
         if self.stack.slack is not None:
             self._slack_messages = list(self.stack.slack.messages)
 
     def _where_to_look(
-        self, run: str, summary: RunSummary | None, report: dict[str, Any] | None
+        self, run: str, summary: RunSummary | None, report: dict[str, Any] | None, *, screened: str
     ) -> tuple[Path | None, Path | None]:
-        """Copy the run's folder and model here, and say where everything is."""
+        """Copy the run's folder and model here, and the screened batch's relabel list and its
+        pictures, and say where everything is."""
         folder = (self.options.out / run).resolve()
+        batch_folder = (self.options.out / screened).resolve()
         s3 = self.stack.aws.s3
         copied = []
-        for prefix in (prefixes.run_report_key(run, ""), f"models/runs/{run}/"):
+        for prefix in (prefixes.run_report_key(run, ""), f"models/runs/{run}/", prefixes.report_key(screened, "")):
             for page in s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
                 for item in page.get("Contents", []):
                     name = item["Key"].removeprefix(prefix)
-                    target = folder / ("model" if prefix.startswith("models/") else "") / name
+                    if prefix.startswith("models/"):
+                        target = folder / "model" / name
+                    else:
+                        target = (batch_folder if prefix.startswith("reports/batches/") else folder) / name
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(s3.get_object(Bucket=self.bucket, Key=item["Key"])["Body"].read())
                     copied.append(target)
@@ -480,11 +624,22 @@ class Demo:
                 continue
             location = f"  (s3://{self.bucket}/{key})" if key else ""
             self.console.print(f"  {what:<31} {path}{location}", soft_wrap=True)
+        relabel = batch_folder / "report.md"
+        if relabel.exists():
+            key = prefixes.report_key(screened, "report.md")
+            self.console.print(
+                f"  {screened + ' relabel list':<31} {relabel}  (s3://{self.bucket}/{key})", soft_wrap=True
+            )
+        pictures = sorted((batch_folder / "fix").glob("*.png"))
+        if pictures:
+            shows = "image, label, the model's view, where they disagree"
+            where = f"{batch_folder / 'fix'}/ ({len(pictures)} PNG: {shows})"
+            self.console.print(f"  {'pictures of the pairs to fix':<31} {where}", soft_wrap=True)
         logs = "Lambda logs and EMF metrics"
         self.console.print(f"  {logs:<31} {self.function_log}  (on AWS: CloudWatch Logs)", soft_wrap=True)
         if report_path.exists():
             self.console.print(f"\n  Open the report in a browser: [bold]{report_path.as_uri()}[/bold]", soft_wrap=True)
-        if report is not None:
+        if report is not None and not relabel.exists():
             batch = report["batch"]
             self.console.print(f"  Batch report: s3://{self.bucket}/{prefixes.report_key(batch, 'report.md')}")
         self.console.print(
@@ -511,7 +666,9 @@ class _LogTail:
                 for event in page.get("events", []):
                     if event["eventId"] not in self._seen:
                         self._seen.add(event["eventId"])
-                        lines.append(event["message"])
+                        # Only this job's stream: moto's FilterLogEvents ignores the name prefix.
+                        if event["logStreamName"].startswith(f"{job}/algo-1"):
+                            lines.append(event["message"])
         except self._logs.exceptions.ResourceNotFoundException:
             return []  # the stream appears with the job's first flush
         return lines

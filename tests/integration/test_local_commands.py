@@ -22,7 +22,7 @@ from retrain.cli import app
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from tests.integration.conftest import FAST_QUEUE
 
-pytestmark = pytest.mark.slow(seconds=20)  # the longest test here, on 2 cores
+pytestmark = pytest.mark.slow(seconds=110)  # `make run` as it is, the longest test here, on 2 cores
 
 
 def test_the_server_stack_takes_uploads_from_any_aws_client_and_frees_its_port() -> None:
@@ -45,30 +45,40 @@ def test_the_server_stack_takes_uploads_from_any_aws_client_and_frees_its_port()
         pass
 
 
-def test_make_run_plays_the_whole_loop_and_its_report_opens_from_disk_in_a_real_browser(tmp_path: Path) -> None:
-    args = ["local", "demo", "--count", "30", "--size", "128x64", "--epochs", "2", "--out", str(tmp_path)]
-    result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
+def test_make_run_plays_two_drops_and_shows_the_screen_leaving_out_the_wrong_pairs_with_their_pictures(
+    tmp_path: Path,
+) -> None:
+    # `make run` as a newcomer runs it: its defaults, only the output folder chosen.
+    result = CliRunner().invoke(app, ["local", "demo", "--out", str(tmp_path)], env={"COLUMNS": "200"})
 
     output = result.output
     assert result.exit_code == 0, output
     stages = [
+        "Team munich's first drop: the first model",
         "Uploading to s3://",
-        "64 of 64 objects checked: 54 curated, 2 duplicate, 1 marker, 7 quarantined",
+        "404 of 404 objects checked: 394 curated, 2 duplicate, 1 marker, 7 quarantined",
         "Not curated, and why",
         "closed (marker) and reported",
         "frozen; retraining run ds-",
         "FSx for Lustre: import task",
         "import SUCCEEDED",
         "SageMaker training job retrain-",  # retrain-<8 hex of the stack id>-<version>-<hash>
-        "epoch 1/2: train loss",
-        "epoch 2/2: train loss",
-        "Evaluation and the quality gate",
+        "epoch 1/8: train loss",
+        "epoch 8/8: train loss",
         "label screening: no accepted model yet: nothing to screen with (every batch is trained on)",
         "the gate accepted the model",
         "Profiler rules (builtin)",
         "E-mail (SNS), subject: Retraining accepted",
+        "Team berlin's drop: part of it exported with the wrong class map",
+        "81 of 81 objects checked: 80 curated, 1 marker",
+        "40 pairs accepted",
+        "2 epochs from the accepted model",
+        "epoch 2/2: train loss",
+        "label screening (provisional): every new pair judged; 0 batch(es) held, 6 pair(s) left out",
+        "6 pairs left out for berlin to fix",
         "Slack (",
         "Where to look",
+        "pictures of the pairs to fix",
         "Offline stack stopped; nothing left running.",
     ]
     positions = [output.find(stage) for stage in stages]
@@ -81,10 +91,24 @@ def test_make_run_plays_the_whole_loop_and_its_report_opens_from_disk_in_a_real_
     function_log = Path(re.search(r"Lambda logs and EMF metrics\s+(\S+)", output).group(1))  # type: ignore[union-attr]
     assert "CloudWatchMetrics" in function_log.read_text(), "the functions' metrics were not emitted to their log"
 
+    # The screen left out exactly the pairs exported with the wrong class map, and pictured them.
+    wrong = re.search(r"only a model can see it: ([\w, -]+)", output).group(1).split(", ")  # type: ignore[union-attr]
+    berlin = re.search(r"(berlin-\d{8}-\d{6}) relabel list\s+(\S+)", output)
+    assert berlin is not None, output
+    relabel = Path(berlin.group(2)).read_text()
+    to_fix = relabel.split("## Pairs to fix, worst first", 1)[1].split("\n## ", 1)[0]
+    listed = list(dict.fromkeys(re.findall(r"(s\d-\d{5})", to_fix)))  # each line names its pair twice
+    assert set(listed[: len(wrong)]) == set(wrong), (wrong, listed)
+    pictures = sorted((Path(berlin.group(2)).parent / "fix").glob("*.png"))
+    assert pictures and all(p.read_bytes().startswith(b"\x89PNG") for p in pictures)
+
     report = Path(re.search(r"Open the report in a browser: file://(\S+)", output).group(1))  # type: ignore[union-attr]
     run_folder = report.parent
     summary = json.loads((run_folder / "summary.json").read_text())
-    assert summary["outcome"] == "accepted" and (run_folder / "model" / "model.pt").stat().st_size > 0
+    # The second run's gate decides on 26 validation pairs after a 2-epoch fine-tune: either way.
+    assert summary["outcome"] in {"accepted", "rejected"} and summary["gate"] is not None, summary
+    if summary["outcome"] == "accepted":
+        assert (run_folder / "model" / "model.pt").stat().st_size > 0
     assert json.loads((run_folder / "slack-message.json").read_text())["blocks"]
     assert f"s3://{summary['artifacts']['report'].removeprefix('s3://')}" in output
 
