@@ -40,4 +40,6 @@ def test_the_demo_trains_the_same_way_with_its_own_hosts_epochs_and_crop() -> No
         "TrainingInstanceCount": "2",
         "TrainingEpochs": "2",
         "TrainingCrop": "128x64",
+        "TrainingBatchSize": "8",
+        "TrainingExtraHyperparameters": '{"workers": 0, "lr": 0.05, "class-weighting": "balanced"}',
     }
