@@ -4,6 +4,9 @@
         [--full-size-pairs 20] [--full-size-only]
 
 Run from the repository root. Prints `name: value` lines on stdout, progress on stderr:
+- `intake_objects_per_second_offline`: the burst below, from its first upload until the queue is
+  empty (every object taken; 96x48 scenes, the template's batch size and window, one poller, moto
+  in this process): objects over seconds.
 - `lambda_invocations_per_1000_objects`: an annotation team's burst of uploads (distinct small
   street scenes, image + label) through S3 -> SQS -> the offline stack's real event-source
   poller with the template's BatchSize and MaximumBatchingWindowInSeconds -> the intake
@@ -140,8 +143,9 @@ def intake_invocations(stack: OfflineStack) -> int:
 
 
 # ------------------------------------------------- invocations per objects --
-def invocations_per_thousand(objects: int) -> tuple[float, float, int, float]:
-    """(invocations per 1,000 objects, mean objects per invocation, batch size, window)."""
+def invocations_per_thousand(objects: int) -> tuple[float, float, int, float, float]:
+    """(invocations per 1,000 objects, mean objects per invocation, batch size, window, objects
+    per second from the first upload to the last object taken)."""
     # The template's batching window and batch size: no override.
     options = StackOptions(tick=False, function_environment=QUIET)
     with quiet_stdout(), OfflineStack(options) as stack:
@@ -166,12 +170,14 @@ def invocations_per_thousand(objects: int) -> tuple[float, float, int, float]:
         failed = [i for i in stack.runtime.invocations[before:] if INTAKE in i.function and i.failed]
         if failed:
             raise SystemExit(f"bench_intake: {len(failed)} intake invocations failed: {failed[0]}")
-        log(f"[invocations] {invocations} invocations in {time.monotonic() - started:.1f} s for {objects} objects")
+        elapsed = time.monotonic() - started
+        log(f"[invocations] {invocations} invocations in {elapsed:.1f} s for {objects} objects")
         return (
             invocations * 1000 / objects,
             objects / invocations,
             mapping.batch_size,
             mapping.batching_window_seconds,
+            objects / elapsed,
         )
 
 
@@ -533,7 +539,8 @@ def main() -> None:
         log(f"[done] in {time.monotonic() - started:.0f} s")
         return
 
-    per_thousand, per_invocation, batch_size, window = invocations_per_thousand(args.objects)
+    per_thousand, per_invocation, batch_size, window, per_second = invocations_per_thousand(args.objects)
+    metric("intake_objects_per_second_offline", f"{per_second:.1f}")
     metric("lambda_invocations_per_1000_objects", f"{per_thousand:.1f}")
     metric("intake_objects_per_invocation", f"{per_invocation:.1f}")
     metric("intake_batch_size_and_window", f"{batch_size} messages, {window:g} s")
