@@ -84,6 +84,13 @@ def test_a_lost_job_event_costs_one_safety_poll_not_the_run(stack: OfflineStack)
     assert [s["outcome"] for s in swept.payload["settled"]] == ["succeeded"]
 
 
+def waiting_for_the_job(stack: OfflineStack, execution_arn: str) -> bool:
+    entered = [
+        e["stateEnteredEventDetails"]["name"] for e in stack.history(execution_arn) if "stateEnteredEventDetails" in e
+    ]
+    return "Wait for the training job to end" in entered
+
+
 def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_the_lock(
     stack: OfflineStack,
 ) -> None:
@@ -96,6 +103,9 @@ def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_t
     run = running_run(stack)
     wait_until(lambda: job_names(stack) and job_status(stack, job_names(stack)[0]) == "InProgress", timeout=120)
     (job,) = job_names(stack)
+    # The job runs as soon as "Start training" created it; the state machine is in its wait a
+    # moment later. Stopped then, as an operator watching the console would.
+    wait_until(lambda: waiting_for_the_job(stack, run["executionArn"]), timeout=60, message="the run to wait")
 
     stack.aws.stepfunctions.stop_execution(executionArn=run["executionArn"], cause="an operator stopped it")
 
