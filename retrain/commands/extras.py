@@ -1,7 +1,7 @@
 """What a command needs beyond `pip install 'retrain[cli]'`, said in one line instead of a traceback.
 
 The annotators' commands (`validate`, `data`, `runs`, `link`) run on the base dependencies and the
-`cli` extra; the offline stack (`local`) needs `retrain[local]` (moto, werkzeug, ...), and drawing
+`cli` extra; the offline stack (`local`) needs `retrain[local]` (moto, cheroot, ...), and drawing
 or training scenes (`synth`, `train`, `report`) `retrain[trainer]` (numpy, torch). Each such
 command calls `require` before it imports any of them.
 """

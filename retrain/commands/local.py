@@ -15,7 +15,7 @@ from rich.console import Console
 from retrain.commands.extras import require
 
 if TYPE_CHECKING:
-    # The offline stack (moto, werkzeug, ...) is imported by the commands that run it, after
+    # The offline stack (moto, cheroot, ...) is imported by the commands that run it, after
     # `require` says which extra is missing: `retrain --help` and `retrain[cli]` never load it.
     from retrain.local.cloudformation.stack import OfflineStack, StackOptions
     from retrain.local.lambda_runtime.poller import Delivery

@@ -124,6 +124,7 @@ class Demo:
         self._runs: set[str] = set()  # the executions already followed
         self._rules_shown = False
         self._first = True  # following the first run
+        self._slack_seen = 0  # Slack messages of earlier runs, already told by their subject
 
     def run(self) -> DemoResult:
         logging.getLogger("moto").setLevel(logging.CRITICAL)
@@ -587,7 +588,7 @@ class Demo:
         for email in emails:
             self.console.print(f"\n[bold]E-mail (SNS)[/bold], subject: {email.get('Subject', '')}", soft_wrap=True)
             self.console.print(email["Message"], soft_wrap=True, markup=False, highlight=False)
-        for posted in self.stack.slack.messages[getattr(self, "_slack_seen", 0) :] if self.stack.slack else []:
+        for posted in self.stack.slack.messages[self._slack_seen :] if self.stack.slack else []:
             self.console.print(f"\n[bold]Slack[/bold] ({len(posted.get('blocks', []))} Block Kit blocks):")
             self.console.print(_slack_as_text(posted), soft_wrap=True, markup=False, highlight=False)
         if self.stack.slack is not None:
