@@ -8,6 +8,8 @@ All three talk to a deployed stack (`--stack NAME`: the bucket and the ledger ta
 to the offline stack `retrain local up` runs in another terminal (no flags at all), or to what
 `--bucket` / `--ledger-table` (or `DATA_BUCKET` / `LEDGER_TABLE`) and `--endpoint-url` name.
 The work itself is in `retrain/ops/` (`status.py`, `audit.py`, `purge.py`, `trust.py`).
+With `--json` each prints its result as one JSON document on stdout (a trust change: its
+`TrustChange`, as the ledger recorded it); what it says in words then goes nowhere.
 
 Exit codes: 0 done (an audit: clean); 1 a KEY matched nothing (the others were still erased), a
 run holds the retraining lock (the purge changed nothing), the audit found discrepancies, or a
@@ -45,6 +47,7 @@ from functions.data.reports import NEW, write_report
 from functions.data.run_lock import Executions
 from functions.data.storage import DataBucket
 from retrain import target as targets
+from retrain.commands.options import JsonOption, print_json
 from retrain.ops.audit import DEFAULT_GRACE_SECONDS, KIND_TITLES, AuditReport, AuditUsageError, Kind, audit
 from retrain.ops.erasure import PurgeReport, PurgeUsageError
 from retrain.ops.purge import LockHeldError, PurgeError, purge, trust_item
@@ -95,7 +98,6 @@ RegionOption = Annotated[
     str | None,
     typer.Option(help="AWS region (default: the AWS configuration's; offline: the stack's)."),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ def status(
     except (ClientError, BotoCoreError) as error:
         _fail(f"cannot read the data: {error}", 2)
     if as_json:
-        print(found.model_dump_json(indent=2))
+        print_json(found)
         return
     _print_status(found)
 
@@ -322,7 +324,7 @@ def audit_command(
     except (ClientError, BotoCoreError) as error:
         _fail(f"cannot read the data: {error}", 2)
     if as_json:
-        print(report.model_dump_json(indent=2))
+        print_json(report)
     else:
         _print_audit(report)
     raise typer.Exit(0 if report.clean else 1)
@@ -468,7 +470,7 @@ def purge_command(
     except (PurgeError, ClientError, BotoCoreError) as error:
         _fail(f"the erasure was cut short: {error}. Run the same command again to finish.", 3)
     if as_json:
-        print(report.model_dump_json(indent=2))
+        print_json(report)
     else:
         _print_purge(report)
     if report.remaining:
@@ -568,7 +570,7 @@ def held(
     except (ClientError, BotoCoreError) as error:
         _fail(f"cannot read the ledger: {error}", 2)
     if as_json:
-        print(found.model_dump_json(indent=2))
+        print_json(found)
         return
     _print_held(found)
 
@@ -637,6 +639,7 @@ def release(
     *,
     reason: ReasonOption = None,
     connection: Connection,
+    as_json: JsonOption = False,
 ) -> None:
     """Let a batch's held pairs in (their labels are right after all): the next run trains on
     them; they are still screened and reported, and never held again automatically. Requires
@@ -646,6 +649,9 @@ def release(
     by = _caller(connection)
     change = _change(lambda: release_batch(ledger, batch, reason=why, by=by))
     _rewrite_report(ledger, s3, name, batch)
+    if as_json:
+        print_json(change)
+        return
     console.print(
         f"Released {_pairs(change.decision.pairs)} of {escape(batch)}, decided by {escape(by)}: the next run "
         f"includes them ({MEANINGS[Trust.RELEASED]}); {_pairs(change.offered)} {_are(change.offered)} new data "
@@ -667,6 +673,7 @@ def hold(
     *,
     reason: ReasonOption = None,
     connection: Connection,
+    as_json: JsonOption = False,
 ) -> None:
     """Hold a batch's current pairs by hand: every dataset version from the next run on leaves
     them out, until their labels are fixed (a new label is a new pair, screened again) or they
@@ -677,6 +684,9 @@ def hold(
     by = _caller(connection)
     change = _change(lambda: hold_batch(ledger, batch, reason=why, by=by))
     _rewrite_report(ledger, s3, name, batch)
+    if as_json:
+        print_json(change)
+        return
     console.print(
         f"Held {_pairs(change.decision.pairs)} of {escape(batch)} (they were: {change.before.summary()}), decided by "
         f"{escape(by)}: every run from the next on leaves them out of its dataset version, until their labels "
@@ -708,6 +718,7 @@ def benchmark(
         bool, typer.Option("--undo", help="Make a batch's benchmark pairs new again (screened, trained on).")
     ] = False,
     connection: Connection,
+    as_json: JsonOption = False,
 ) -> None:
     """Name a batch's current pairs the team's benchmark: never trained on, always in the quality
     gate, from the next run on. Only trusted pairs (screened and passed by an independent
@@ -720,6 +731,9 @@ def benchmark(
     if undo:
         undone = _change(lambda: undo_benchmark(ledger, batch, reason=why, by=by))
         _rewrite_report(ledger, s3, name, batch)
+        if as_json:
+            print_json(undone)
+            return
         console.print(
             f"{_pairs(undone.decision.pairs)} of {escape(batch)} {_are(undone.decision.pairs)} new again, decided by "
             f"{escape(by)}: {MEANINGS[NEW]}.",
@@ -729,6 +743,9 @@ def benchmark(
         return
     change = _change(lambda: make_benchmark(ledger, batch, reason=why, by=by, checked_by_hand=checked_by_hand))
     _rewrite_report(ledger, s3, name, batch)
+    if as_json:
+        print_json(change)
+        return
     how = "checked by hand" if checked_by_hand else "every pair trusted by screening"
     console.print(
         f"{_pairs(change.decision.pairs)} of {escape(batch)} {_are(change.decision.pairs)} part of the team's "

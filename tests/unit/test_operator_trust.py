@@ -473,3 +473,66 @@ def test_retrain_data_benchmark_refuses_unscreened_pairs_and_takes_them_checked_
     assert named.exit_code == 0, named.output
     assert "3 pairs of eval-2026 are part of the team's benchmark" in " ".join(named.stdout.split())
     assert set(verdicts(ledger, "eval-2026").values()) == {Trust.BENCHMARK}
+
+
+def test_retrain_data_release_json_is_the_change_it_recorded(offline: dict[str, str]) -> None:
+    ledger = Ledger(boto3.client("dynamodb", region_name="us-east-1"), "ledger")
+    held_by_screening(ledger, "munich-12")
+    freeze(ledger, "munich-12", RUN)
+
+    result = data_command(offline, "release", "munich-12", "--reason", "the labels are right", "--json")
+
+    assert result.exit_code == 0, result.output
+    change = TrustChange.model_validate(json.loads(result.stdout))
+    assert (change.batch, change.decision.verdict, change.decision.by, change.decision.reasons) == (
+        "munich-12",
+        "released",
+        ALICE,
+        ["the labels are right"],
+    )
+    assert (change.decision.pairs, change.before.held, change.after.released, change.offered) == (3, 3, 3, 3)
+    assert change.running is None
+    assert "Released" not in result.stdout, "the words are for the human output"
+
+
+def test_retrain_data_hold_json_is_the_change_it_recorded(offline: dict[str, str]) -> None:
+    ledger = Ledger(boto3.client("dynamodb", region_name="us-east-1"), "ledger")
+    trusted_by_screening(ledger, "koeln-3")
+
+    result = data_command(offline, "hold", "koeln-3", "--reason", "bus labels on trams", "--json")
+
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["batch"], document["decision"]["verdict"], document["decision"]["by"]) == (
+        "koeln-3",
+        "held",
+        ALICE,
+    )
+    assert document["decision"]["reasons"] == ["bus labels on trams"]
+    assert (document["before"]["trusted"], document["after"]["held"], document["running"]) == (3, 3, None)
+    assert set(verdicts(ledger, "koeln-3").values()) == {Trust.HELD}
+
+
+def test_retrain_data_benchmark_json_is_the_change_it_recorded_and_so_is_its_undo(offline: dict[str, str]) -> None:
+    ledger = Ledger(boto3.client("dynamodb", region_name="us-east-1"), "ledger")
+    curate(ledger, "eval-2026", STEMS, at=UPLOADED)
+
+    named = data_command(offline, "benchmark", "eval-2026", "--reason", "our test set", "--checked-by-hand", "--json")
+    undone = data_command(offline, "benchmark", "eval-2026", "--undo", "--reason", "a new test set", "--json")
+
+    assert named.exit_code == 0, named.output
+    document = json.loads(named.stdout)
+    assert (document["batch"], document["decision"]["verdict"], document["decision"]["pairs"]) == (
+        "eval-2026",
+        "benchmark",
+        3,
+    )
+    assert document["decision"]["reasons"] == ["our test set", CHECKED_BY_HAND]
+    assert (document["before"]["new"], document["after"]["benchmark"]) == (3, 3)
+    assert undone.exit_code == 0, undone.output
+    document = json.loads(undone.stdout)
+    assert (document["decision"]["verdict"], document["before"]["benchmark"], document["after"]["new"]) == (
+        UNDONE,
+        3,
+        3,
+    )
