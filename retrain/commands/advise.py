@@ -5,13 +5,15 @@
     retrain advise --from-metrics runs/train/output/metrics.json --efficiency 0.9 \\
         --target-epoch-minutes 6 --instance-type ml.p5.48xlarge
 
-The model and the price table are in `retrain/advisor.py`.
+The model and the price table are in `retrain/advisor.py`. `--json` prints the answer as one
+document (`AdviseReport`: the measurement, every plan of the table, both verdicts).
 """
 
 from __future__ import annotations
 
 import functools
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -26,10 +28,33 @@ from retrain.advisor import (
     PRICES_SOURCE,
     Advice,
     Measurement,
+    Plan,
     advise,
     epoch_minutes_measured,
     plan_for,
 )
+from retrain.commands.options import JsonOption, print_json
+
+
+@dataclass(frozen=True)
+class AdviseReport:
+    """What `retrain advise` answers (`--json` prints it whole): the measurement, the table of
+    instance counts, and the fewest instances that reach the target, as measured and with the
+    loader fixed."""
+
+    measurement: Measurement
+    dataset_size: int
+    measured_epoch_minutes: float  # what the measurement's own GPUs take per epoch
+    efficiency: float
+    target_epoch_minutes: float
+    instance_type: str
+    gpus_per_instance: int
+    price_per_hour: float
+    price_source: str  # "given", or where the table's price is from and when
+    plans: list[Plan]  # as measured, by instance count
+    as_measured: Advice  # its plan is None: the target is out of reach within max_instances
+    loader_fixed: Advice | None  # only for a measurement that stalled
+    max_instances: int = MAX_INSTANCES
 
 
 def from_metrics(path: Path) -> tuple[Measurement, int, str]:
@@ -84,6 +109,7 @@ def command(
         float | None,
         typer.Option(min=0.0, help="USD per instance-hour (default: the table's list price)."),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Print how many instances reach the target epoch time, and what one epoch costs.
 
@@ -106,7 +132,7 @@ def command(
         measurement, run_images, device = from_metrics(from_metrics_file)
         dataset_size = dataset_size or run_images
         if device != "cuda":
-            typer.echo(f"note: {from_metrics_file} was measured on {device} processes, not GPUs")
+            typer.echo(f"note: {from_metrics_file} was measured on {device} processes, not GPUs", err=as_json)
         if stall_fraction is not None or measured_gpus is not None or throughput is not None:
             measurement = Measurement(
                 throughput or measurement.images_per_sec,
@@ -134,35 +160,66 @@ def command(
     except ValueError as error:
         raise typer.BadParameter(str(error)) from error
 
+    counts = sorted({1, 2, 4, 8, 16, 32, 64} | _chosen(as_measured) | _chosen(fixed))
+    report = AdviseReport(
+        measurement=measurement,
+        dataset_size=dataset_size,
+        measured_epoch_minutes=epoch_minutes_measured(measurement, dataset_size),
+        efficiency=efficiency,
+        target_epoch_minutes=target_epoch_minutes,
+        instance_type=instance_type,
+        gpus_per_instance=gpus,
+        price_per_hour=price,
+        price_source=price_note,
+        plans=[
+            plan_for(
+                count,
+                per_gpu=as_measured.per_gpu_images_per_sec,
+                efficiency=efficiency,
+                dataset_size=dataset_size,
+                gpus_per_instance=gpus,
+                price_per_hour=price,
+            )
+            for count in counts
+        ],
+        as_measured=as_measured,
+        loader_fixed=fixed,
+    )
+    if as_json:
+        print_json(report)
+    else:
+        _print(report)
+
+
+def _print(report: AdviseReport) -> None:
     echo = typer.echo
+    measurement, target = report.measurement, report.target_epoch_minutes
     echo(
         f"measured: {measurement.images_per_sec:.1f} images/s on {measurement.gpus} GPUs "
-        f"({epoch_minutes_measured(measurement, dataset_size):.1f} min per epoch of "
-        f"{dataset_size} images), stall fraction {measurement.stall_fraction:.2f}"
+        f"({report.measured_epoch_minutes:.1f} min per epoch of "
+        f"{report.dataset_size} images), stall fraction {measurement.stall_fraction:.2f}"
     )
-    echo(f"model: images/s on n GPUs = n x {as_measured.per_gpu_images_per_sec:.2f} x {efficiency:g}^log2(n)")
-    echo(f"instance: {instance_type}, {gpus} GPUs, ${price:.3f} per hour ({price_note})")
+    echo(
+        f"model: images/s on n GPUs = n x {report.as_measured.per_gpu_images_per_sec:.2f} "
+        f"x {report.efficiency:g}^log2(n)"
+    )
+    echo(
+        f"instance: {report.instance_type}, {report.gpus_per_instance} GPUs, ${report.price_per_hour:.3f} "
+        f"per hour ({report.price_source})"
+    )
     echo("\nas measured, by instance count:")
     echo(f"{'instances':>9} {'GPUs':>5} {'images/s':>9} {'min/epoch':>9} {'$/epoch':>9}")
-    counts = sorted({1, 2, 4, 8, 16, 32, 64} | _chosen(as_measured) | _chosen(fixed))
-    for count in counts:
-        plan = plan_for(
-            count,
-            per_gpu=as_measured.per_gpu_images_per_sec,
-            efficiency=efficiency,
-            dataset_size=dataset_size,
-            gpus_per_instance=gpus,
-            price_per_hour=price,
-        )
+    for plan in report.plans:
         echo(
             f"{plan.instances:>9} {plan.gpus:>5} {plan.images_per_sec:>9.1f} "
             f"{plan.epoch_minutes:>9.2f} {plan.cost_per_epoch:>9.2f}"
         )
     echo("")
-    echo(_verdict("as measured", as_measured, instance_type, target_epoch_minutes))
+    echo(_verdict("as measured", report.as_measured, report.instance_type, target))
+    fixed = report.loader_fixed
     if fixed is not None:
         label = f"loader fixed ({fixed.speedup:.2f}x: no stall)"
-        echo(_verdict(label, fixed, instance_type, target_epoch_minutes))
+        echo(_verdict(label, fixed, report.instance_type, target))
 
 
 def _chosen(advice: Advice | None) -> set[int]:

@@ -203,3 +203,48 @@ def test_a_runs_metrics_file_gives_throughput_gpus_stall_and_size(tmp_path: Path
     )
     assert result.exit_code == 0, result.output
     assert "loader fixed (2.00x: no stall): 7 x ml.p4d.24xlarge" in result.output
+
+
+def test_the_command_answers_in_json_with_the_plans_and_both_verdicts() -> None:
+    result = CliRunner().invoke(
+        _cli(),
+        [
+            "--throughput",
+            f"{ORIGIN.images_per_sec}",
+            "--efficiency",
+            "0.9",
+            "--dataset-size",
+            str(DATASET),
+            "--target-epoch-minutes",
+            "6",
+            "--stall-fraction",
+            "0.5",
+            "--json",
+        ],
+    )
+
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert (answer["instance_type"], answer["gpus_per_instance"], answer["dataset_size"]) == (
+        "ml.p4d.24xlarge",
+        8,
+        DATASET,
+    )
+    assert answer["price_per_hour"] == P4D.price_per_hour and "aws.amazon.com" in answer["price_source"]
+    assert answer["measured_epoch_minutes"] == pytest.approx(57.0)
+    assert answer["measurement"]["stall_fraction"] == 0.5
+    assert (answer["as_measured"]["plan"]["instances"], answer["as_measured"]["plan"]["gpus"]) == (15, 120)
+    assert answer["loader_fixed"]["speedup"] == pytest.approx(2.0)
+    assert answer["loader_fixed"]["plan"]["instances"] == 7
+    assert [plan["instances"] for plan in answer["plans"]] == [1, 2, 4, 7, 8, 15, 16, 32, 64]
+
+
+def test_an_unreachable_target_is_a_null_plan_in_json() -> None:
+    args = ["--throughput", "1", "--efficiency", "0.9", "--dataset-size", str(DATASET), "--target-epoch-minutes", "1"]
+
+    result = CliRunner().invoke(_cli(), [*args, "--json"])
+
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["as_measured"]["plan"] is None and answer["loader_fixed"] is None
+    assert answer["as_measured"]["closest"]["instances"] == answer["max_instances"]
