@@ -5,11 +5,14 @@ The link is presigned with your credentials and says how long it works: at most 
 SSO login ends sooner; the link dies with it). Offline: `--endpoint-url` as `retrain local up`
 prints it.
 
+`--json` prints the link as one document (`Link`: the run, bucket, key, URL, and until when it works).
+
 Exit codes: 0 the link on stdout; 2 usage error, no such run report, or AWS unreachable.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -22,10 +25,26 @@ from rich.console import Console
 from functions.common import clients, prefixes
 from retrain import target as targets
 from retrain.commands.data import LOOPBACK, BucketOption, EndpointOption, RegionOption
+from retrain.commands.options import JsonOption, print_json
 from retrain.target import StackOption
 
 MAX_SECONDS = 7 * 24 * 3600  # what S3 accepts for a presigned URL (signature version 4)
 errors = Console(stderr=True)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A presigned link to a file of a run's report folder, and how long it works."""
+
+    run: str
+    bucket: str
+    key: str
+    url: str
+    seconds: int  # how long it works from `signed_at`
+    signed_at: datetime
+    expires_at: datetime
+    # Shorter than --expires: the credentials that signed it end sooner, and the link with them.
+    cut_by_credentials: bool
 
 
 def command(  # noqa: PLR0917 (a command's options are its parameters)
@@ -36,6 +55,7 @@ def command(  # noqa: PLR0917 (a command's options are its parameters)
     region: RegionOption = None,
     expires: Annotated[int, typer.Option(min=1, max=MAX_SECONDS, help="Seconds the link should work.")] = 3600,
     name: Annotated[str, typer.Option(help="The file of the run's folder to link to.")] = "report.html",
+    as_json: JsonOption = False,
 ) -> None:
     """Print a presigned link to reports/runs/RUN/report.html, and until when it works."""
     credentials = None
@@ -83,10 +103,22 @@ def command(  # noqa: PLR0917 (a command's options are its parameters)
     except BotoCoreError as error:
         errors.print(f"cannot sign the link: {error}")
         raise typer.Exit(2) from error
-    typer.echo(url)
-    until = now + timedelta(seconds=seconds)
-    note = "" if seconds == expires else " (your credentials expire then: the link cannot outlive them)"
-    errors.print(f"works until {until:%Y-%m-%d %H:%M} UTC, {seconds} s{note}", soft_wrap=True)
+    link = Link(
+        run=run,
+        bucket=bucket,
+        key=key,
+        url=url,
+        seconds=seconds,
+        signed_at=now,
+        expires_at=now + timedelta(seconds=seconds),
+        cut_by_credentials=seconds != expires,
+    )
+    if as_json:
+        print_json(link)
+    else:
+        typer.echo(link.url)
+    note = " (your credentials expire then: the link cannot outlive them)" if link.cut_by_credentials else ""
+    errors.print(f"works until {link.expires_at:%Y-%m-%d %H:%M} UTC, {seconds} s{note}", soft_wrap=True)
 
 
 def _credentials_left(session: boto3.session.Session, now: datetime) -> int:
