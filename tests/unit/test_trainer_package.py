@@ -14,11 +14,13 @@ from typing import Any
 
 import boto3
 import pytest
+from typer.testing import CliRunner
 
 from functions.common import clients
 from functions.common.trainer_code import released_trainer
+from retrain.cli import app
 from retrain.commands import package as package_command
-from retrain.package import TRAINER_DIR, TrainerArchive, build_sourcedir, release_trainer
+from retrain.package import TRAINER_DIR, TrainerArchive, build_sourcedir, release_trainer, trainer_files
 from retrain.target import StackTarget
 from tests.unit.fakes import versioned_bucket
 
@@ -171,3 +173,25 @@ def test_releasing_to_a_deployed_stack_writes_as_its_release_role(
 def _keys(credentials: tuple[str, str, str]) -> dict[str, str]:
     key_id, secret, token = credentials
     return {"aws_access_key_id": key_id, "aws_secret_access_key": secret, "aws_session_token": token}
+
+
+def test_package_trainer_json_names_the_archive_and_its_release(s3: Any, tmp_path: Path) -> None:
+    built = CliRunner().invoke(app, ["package-trainer", str(tmp_path / "local"), "--json"])
+    released = CliRunner().invoke(app, ["package-trainer", str(tmp_path / "out"), "--bucket", BUCKET, "--json"])
+
+    assert built.exit_code == 0, built.output
+    document = json.loads(built.stdout)
+    assert document["archive"]["path"] == str(tmp_path / "local" / "sourcedir.tar.gz")
+    assert document["released"] is None, "no --stack or --bucket: nothing released"
+    assert released.exit_code == 0, released.output
+    document = json.loads(released.stdout)
+    sha256 = (tmp_path / "out" / "sourcedir.tar.gz.sha256").read_text().split()[0]
+    assert document["archive"]["sha256"] == sha256
+    assert document["archive"]["files"] == [path.relative_to(TRAINER_DIR).as_posix() for path in trainer_files()]
+    assert document["released"] == {
+        "uri": f"s3://{BUCKET}/code/{sha256}/sourcedir.tar.gz",
+        "sha256": sha256,
+        "outcome": "stored",
+        "replaced_sha256": None,
+    }
+    assert "released s3://" in released.stderr, "the words go to stderr"
