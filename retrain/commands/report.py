@@ -10,6 +10,9 @@ they are not re-evaluated by default). `--re-evaluate` runs the rules again on a
 with the parameters the run used; `--rule-parameters` changes some of them for this report
 only. Without a `rules.json` the rules are evaluated with their defaults, and stderr says so.
 
+`--json` prints what was rendered as one document (`RenderedReport`: the report's path and
+file URL, the run's folder, how the verdicts were reached, every rule's verdict, the issues).
+
 Exit codes: 0 the report written; 2 usage error (not a run's folder, an unreadable rules.json,
 an `-o` that would overwrite the run's data, an unwritable `-o`).
 """
@@ -21,17 +24,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from pydantic import BaseModel
 from rich.console import Console
 from rich.text import Text
 
 from functions.common import rules
-from functions.common.rules import parse_rules_file
+from functions.common.rules import RuleResult, parse_rules_file
 from retrain.commands.extras import require
+from retrain.commands.options import JsonOption, print_json
 
 if TYPE_CHECKING:
     from trainer.profiling import rerender
 
 errors = Console(stderr=True)
+
+
+class RenderedReport(BaseModel):
+    """What `retrain report` wrote, and the verdicts it shows."""
+
+    report: Path
+    url: str  # the report as a file:// URL, to open in a browser
+    run_folder: Path  # the run's output folder, only read
+    job_name: str | None
+    verdicts: str  # "recorded" (the run's own), "re-evaluated" (with its parameters) or "defaults"
+    summary: str  # the rules in one line, as the run's notification says it
+    issues: list[str]  # the rules that found issues
+    rules: list[RuleResult]
+    notes: list[str]  # caveats (defaults used, verdicts older than the run's end...), also on stderr
 
 
 def command(
@@ -62,6 +81,7 @@ def command(
             help='Per-rule overrides as JSON, e.g. \'{"DataStall": {"threshold": 0.3}}\' (implies --re-evaluate).'
         ),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Render a run's profiling report to a file, keeping the run's rule parameters and verdicts."""
     require("trainer", "report", modules=("numpy",))
@@ -87,9 +107,13 @@ def command(
         report.write_atomic(target, page)
     except OSError as error:
         _fail(f"cannot write the report: {error}", error)
-    _summary(rendered)
-    typer.echo(f"report: {target}")
-    typer.echo(target.as_uri())
+    result = _result(rendered, run, target)
+    errors.print(Text(f"{result.summary} ({_HOW[result.verdicts]})"), soft_wrap=True)
+    if as_json:
+        print_json(result)
+        return
+    typer.echo(f"report: {result.report}")
+    typer.echo(result.url)
 
 
 def _fail(message: str, cause: Exception | None = None) -> NoReturn:
@@ -132,18 +156,31 @@ def _target(out: Path | None, run: rerender.RunFolder) -> Path:
     return target
 
 
-def _summary(rendered: rerender.Rendered) -> None:
+_HOW = {
+    "recorded": "the run's recorded verdicts",
+    "re-evaluated": "re-evaluated with the run's parameters",
+    "defaults": "evaluated with the default parameters",
+}
+
+
+def _result(rendered: rerender.Rendered, run: rerender.RunFolder, target: Path) -> RenderedReport:
     from trainer.profiling import report  # noqa: PLC0415
 
-    how = {
-        "recorded": "the run's recorded verdicts",
-        "re-evaluated": "re-evaluated with the run's parameters",
-        "defaults": "evaluated with the default parameters",
-    }[rendered.verdicts]
-    # The same words as the run's notification (functions/common/rules.py).
+    # The rules as rules.json has them, and in the same words as the run's notification
+    # (functions/common/rules.py).
     found = parse_rules_file(json.dumps(report.rules_document(rendered.results))).rules
     issues = [rule.name for rule in found if rules.verdict(rule) == rules.ISSUES]
     line = rules.summary_line(found, "builtin") or "no rules"
     if issues:
         line += f"; issues found: {', '.join(issues)}"
-    errors.print(Text(f"{line} ({how})"), soft_wrap=True)
+    return RenderedReport(
+        report=target,
+        url=target.as_uri(),
+        run_folder=run.output_dir,
+        job_name=rendered.job_name,
+        verdicts=rendered.verdicts,
+        summary=line,
+        issues=issues,
+        rules=found,
+        notes=rendered.notes,
+    )

@@ -101,6 +101,26 @@ def test_the_report_goes_to_out_and_the_run_is_left_byte_for_byte(run: Path, tmp
     assert not list(target.parent.glob(".*.partial")), "the report is written whole"
 
 
+def test_report_json_names_the_file_written_and_the_verdicts_it_shows(run: Path, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere" / "copy.html"
+
+    result = invoke(str(run), "-o", str(target), "--json")
+    what_if = invoke(str(run), "-o", str(target), "--rule-parameters", '{"DataStall": {"threshold": 0.1}}', "--json")
+
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert (document["report"], document["url"]) == (str(target.resolve()), target.resolve().as_uri())
+    assert Path(document["run_folder"]).resolve() == run.resolve()
+    assert (document["job_name"], document["verdicts"]) == (JOB, "recorded")
+    stall = next(rule for rule in document["rules"] if rule["name"] == "DataStall")
+    assert (stall["status"], stall["parameters"]["threshold"]) == ("NoIssuesFound", "0.9")
+    assert "DataStall" not in document["issues"] and document["summary"].startswith("Profiler rules (builtin)")
+    assert "recorded verdicts" in result.stderr, "the summary line stays on stderr"
+    assert what_if.exit_code == 0, what_if.output
+    document = json.loads(what_if.stdout)
+    assert document["verdicts"] == "re-evaluated" and "DataStall" in document["issues"]
+
+
 def test_the_profile_folder_or_a_train_out_folder_names_the_run_too(run: Path, tmp_path: Path) -> None:
     for given in (run / "profile", run.parent):
         target = tmp_path / f"{given.name}.html"
