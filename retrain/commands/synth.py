@@ -1,21 +1,44 @@
-"""`retrain synth OUT --count N --size WxH --seed S`: synthetic driving scenes with exact masks."""
+"""`retrain synth OUT --count N --size WxH --seed S`: synthetic driving scenes with exact masks.
+
+`--json` prints what was drawn as one document (`Drawn`: the folder, the manifest, the dataset
+version, scenes per split).
+"""
 
 from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from functions.common.contracts import parse_manifest
 from retrain.commands.extras import require
+from retrain.commands.options import JsonOption, print_json
 
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 # The smallest street `retrain.synth.write_scenes` draws (it refuses smaller itself, but only after
 # numpy is imported and, in `retrain local demo`, the offline stack started).
 MIN_SIZE = (32, 16)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What `retrain synth` wrote."""
+
+    out: Path
+    manifest: Path  # out/manifests/<dataset_version>.jsonl
+    dataset_version: str
+    scenes: int
+    train: int  # scenes in the training split, by the manifest
+    val: int
+    width: int
+    height: int
+    seed: int
+    seconds: float
 
 
 def parse_size(text: str, minimum: tuple[int, int] = MIN_SIZE) -> tuple[int, int]:
@@ -45,6 +68,7 @@ def command(
     ] = None,
     # The name this option had: `retrain --version` is the tool's, `plan-job` and the trainer say --dataset-version.
     version: Annotated[str | None, typer.Option(hidden=True, help="Old name of --dataset-version.")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Draw procedural street scenes (Cityscapes train ids) and a manifest, as the trainer reads.
 
@@ -65,8 +89,24 @@ def command(
         version=version,
     )
     seconds = time.perf_counter() - started
-    Console().print(
-        f"wrote {len(pairs)} scenes of {width}x{height} to {out} in {seconds:.2f} s; "
-        f"manifest {out / 'manifests' / f'{version}.jsonl'}",
+    manifest = out / "manifests" / f"{version}.jsonl"
+    splits = [entry.split for entry in parse_manifest(manifest.read_text(encoding="utf-8"))]
+    drawn = Drawn(
+        out=out,
+        manifest=manifest,
+        dataset_version=version,
+        scenes=len(pairs),
+        train=splits.count("train"),
+        val=splits.count("val"),
+        width=width,
+        height=height,
+        seed=seed,
+        seconds=seconds,
+    )
+    # Under --json the words go to stderr: stdout carries the document alone.
+    Console(stderr=as_json).print(
+        f"wrote {drawn.scenes} scenes of {width}x{height} to {out} in {seconds:.2f} s; manifest {manifest}",
         soft_wrap=True,
     )
+    if as_json:
+        print_json(drawn)

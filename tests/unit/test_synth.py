@@ -124,6 +124,28 @@ def test_the_synth_command_writes_the_folder_it_is_asked_for(tmp_path: Path) -> 
     assert (tmp_path / "scenes" / "manifests" / "synth-64x32-n3-s2.jsonl").is_file()
 
 
+def test_the_synth_command_json_names_the_folder_its_manifest_and_the_scenes_drawn(tmp_path: Path) -> None:
+    app = typer.Typer()
+    app.command()(synth_command.command)
+    out = tmp_path / "scenes"
+
+    result = CliRunner().invoke(app, [str(out), "--count", "10", "--size", "64x32", "--seed", "2", "--json"])
+
+    assert result.exit_code == 0, result.output
+    drawn = json.loads(result.stdout)
+    version = "synth-64x32-n10-s2"
+    assert (drawn["out"], drawn["manifest"]) == (str(out), str(out / "manifests" / f"{version}.jsonl"))
+    assert (drawn["dataset_version"], drawn["scenes"], drawn["width"], drawn["height"], drawn["seed"]) == (
+        version,
+        10,
+        64,
+        32,
+        2,
+    )
+    assert drawn["train"] + drawn["val"] == 10 == len(list((out / "images").glob("*.jpg")))
+    assert "wrote 10 scenes" in result.stderr, "the words go to stderr"
+
+
 @pytest.mark.parametrize("text", ["64", "64x", "x32", "64*32", "-64x32"])
 def test_a_size_that_is_not_width_x_height_is_refused(text: str) -> None:
     with pytest.raises(typer.BadParameter, match="WIDTHxHEIGHT"):
