@@ -5,6 +5,10 @@ It runs exactly what a training job runs (`torchrun -m trainer.train`), with the
 `--out`: `model/model.pt`, `model/metrics.json`, `output/metrics.json`, `checkpoints/` and
 `logs/train.log`. The defaults are the offline run's configuration: small, CPU-sized, and enough
 for BiSeNetV2 to learn the synthetic scenes of `retrain synth`.
+
+`--json` prints the finished run as one document (`Trained`: where the model, metrics, log and
+checkpoints are, the items a labeled folder left out, and `metrics.json` whole); the progress,
+the trainer's log and any error then go to stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from PIL import Image
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -29,6 +34,7 @@ from functions.common.prefixes import IMAGES_DIR, LABELS_DIR
 from functions.validation import PairResult
 from retrain import labeled
 from retrain.commands.extras import require
+from retrain.commands.options import JsonOption, print_json
 from retrain.commands.validate import progress as validation_progress
 
 # Typer settings for this command: flags it does not know go to the trainer unchanged.
@@ -38,6 +44,22 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 FOLDER_MANIFEST = "manifest.jsonl"
 # Left-out items listed in full up to this many; `retrain validate` lists them all.
 MAX_LISTED = 50
+
+
+class Trained(BaseModel):
+    """A finished `retrain train` run: where its files are, and its metrics."""
+
+    out: Path
+    model: Path  # out/model/model.pt
+    metrics_file: Path  # out/output/metrics.json
+    log: Path  # out/logs/train.log
+    checkpoints: Path
+    manifest: Path  # what it trained on
+    dataset_version: str
+    processes: int
+    seconds: float
+    left_out: list[PairResult]  # a labeled folder's items the intake would quarantine; [] for a manifest
+    metrics: MetricsFile  # metrics.json: mIoU, per-class IoU, every epoch, lineage
 
 
 def resolve_manifest(data: Path, manifest: str | None) -> tuple[Path, Path]:
@@ -166,6 +188,7 @@ def command(
             show_default=False,
         ),
     ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Train BiSeNetV2 under torchrun on CPU, as the SageMaker job would.
 
@@ -178,7 +201,8 @@ def command(
     """
     require("trainer", "train")
     processes = processes if nproc is None else nproc
-    console = Console()
+    # Under --json everything said goes to stderr: stdout carries the document alone.
+    console = Console(stderr=as_json)
     out = out.resolve()
     dataset: labeled.FolderDataset | None = None
     if manifest is None and data.is_dir() and not newest_manifests(data) and labeled.is_labeled_folder(data):
@@ -234,7 +258,7 @@ def command(
     console.print(" ".join(argv[1:]), style="dim", soft_wrap=True)
 
     started = time.perf_counter()
-    returncode, stopped = _stream(argv, trainer_environment(out, data_dir), out / "logs" / "train.log", epochs)
+    returncode, stopped = _stream(console, argv, trainer_environment(out, data_dir), out / "logs" / "train.log", epochs)
     seconds = time.perf_counter() - started
     if returncode != 0 and stopped:
         console.print(
@@ -245,7 +269,24 @@ def command(
     if returncode != 0:
         console.print(f"[red]training failed[/] (exit {returncode}); log: {out / 'logs' / 'train.log'}")
         raise typer.Exit(returncode)
-    _summary(console, out, seconds)
+    metrics = MetricsFile.model_validate_json((out / "output" / "metrics.json").read_text())
+    trained = Trained(
+        out=out,
+        model=out / "model" / "model.pt",
+        metrics_file=out / "output" / "metrics.json",
+        log=out / "logs" / "train.log",
+        checkpoints=out / "checkpoints",
+        manifest=manifest_path,
+        dataset_version=metrics.dataset_version,
+        processes=processes,
+        seconds=seconds,
+        left_out=dataset.left_out if dataset is not None else [],
+        metrics=metrics,
+    )
+    if as_json:
+        print_json(trained)
+    else:
+        _summary(console, trained)
 
 
 def labeled_dataset(console: Console, data: Path, val_fraction: float | None, out: Path) -> labeled.FolderDataset:
@@ -313,14 +354,13 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def _stream(argv: list[str], env: dict[str, str], log_path: Path, epochs: int) -> tuple[int, bool]:
+def _stream(console: Console, argv: list[str], env: dict[str, str], log_path: Path, epochs: int) -> tuple[int, bool]:
     """Run the trainer, tee its output to the log, show METRIC lines and an epoch progress bar.
 
     Ctrl-C reaches torchrun too, which forwards it to the trainer: that finishes its step, writes a
     checkpoint and exits (`trainer/stopping.py`), and its last lines are still shown. Returns the
     exit code, and whether the run was stopped so."""
     stopped = False
-    console = Console()
     with (
         log_path.open("w", encoding="utf-8") as log,
         Progress(
@@ -364,14 +404,14 @@ def _stream(argv: list[str], env: dict[str, str], log_path: Path, epochs: int) -
                 progress.console.print("stopping: the trainer finishes its step and checkpoints (Ctrl-C again to kill)")
 
 
-def _summary(console: Console, out: Path, seconds: float) -> None:
-    metrics = MetricsFile.model_validate_json((out / "output" / "metrics.json").read_text())
-    table = Table(title=f"mIoU {metrics.miou:.4f} after {len(metrics.epochs)} epochs, {seconds:.0f} s")
+def _summary(console: Console, trained: Trained) -> None:
+    metrics = trained.metrics
+    table = Table(title=f"mIoU {metrics.miou:.4f} after {len(metrics.epochs)} epochs, {trained.seconds:.0f} s")
     table.add_column("class")
     table.add_column("IoU", justify="right")
     for name, iou in metrics.per_class_iou.items():
         if iou is not None:
             table.add_row(name, f"{iou:.3f}")
     console.print(table)
-    console.print(f"model: {out / 'model' / 'model.pt'}")
-    console.print(f"metrics: {out / 'output' / 'metrics.json'}; log: {out / 'logs' / 'train.log'}")
+    console.print(f"model: {trained.model}")
+    console.print(f"metrics: {trained.metrics_file}; log: {trained.log}")
