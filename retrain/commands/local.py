@@ -1,4 +1,10 @@
-"""`retrain local up` and `retrain local demo`: the whole system on this machine, no AWS account."""
+"""`retrain local up` and `retrain local demo`: the whole system on this machine, no AWS account.
+
+`retrain local demo --json` tells its story on stderr and prints how it ended as one document on
+stdout (`DemoResult`: the runs, the batches, the second run's summary, the files to look at).
+`retrain local up` takes no --json: it runs until stopped, and where it is, as JSON, is the
+record it writes for other terminals (`LocalStackRecord`, the path it prints).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import typer
 from rich.console import Console
 
 from retrain.commands.extras import require
+from retrain.commands.options import JsonOption, print_json
 
 if TYPE_CHECKING:
     # The offline stack (moto, cheroot, ...) is imported by the commands that run it, after
@@ -22,6 +29,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Run the system offline: moto, the real functions and state machine.")
 console = Console()
+errors = Console(stderr=True)
 
 PortOption = Annotated[int, typer.Option(help="Loopback port for the AWS endpoint (0: any free).")]
 TickOption = Annotated[
@@ -227,6 +235,7 @@ def demo(  # noqa: PLR0917 (a command's options are its parameters)
         "retrain-demo"
     ),
     timeout: Annotated[float, typer.Option(min=10, help="Seconds to wait for each stage.")] = 600.0,
+    as_json: JsonOption = False,
 ) -> None:
     """The whole loop, twice: a first drop (a few files broken) trains the first model, which then
     screens a second team's drop whose part was exported with the wrong class map."""
@@ -246,11 +255,14 @@ def demo(  # noqa: PLR0917 (a command's options are its parameters)
 
     options = DemoOptions(count=count, size=scene_size, epochs=epochs, processes=processes, out=out, timeout=timeout)
     try:
-        # A console of its own on this stdout: the functions' output goes elsewhere while they run.
-        result = Demo(options, Console(file=sys.stdout)).run()
+        # A console of its own on this stdout (stderr under --json: stdout carries the document
+        # alone), bound now: the functions' output goes elsewhere while they run.
+        result = Demo(options, Console(file=sys.stderr if as_json else sys.stdout)).run()
     except TemplateError as exc:
-        console.print(f"[red]cannot start the offline stack:[/red] {exc}")
+        errors.print(f"[red]cannot start the offline stack:[/red] {exc}")
         raise typer.Exit(2) from exc
+    if as_json:
+        print_json(result)
     if not result.ok:
-        console.print(f"[red]the loop did not end as expected: {'; '.join(result.problems)}[/red]", soft_wrap=True)
+        errors.print(f"[red]the loop did not end as expected: {'; '.join(result.problems)}[/red]", soft_wrap=True)
         raise typer.Exit(1)

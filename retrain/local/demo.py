@@ -102,14 +102,30 @@ class DemoOptions:
         return max(2, self.second_count * 3 // 20)
 
 
+@dataclass(frozen=True)
+class Place:
+    """A file or folder "Where to look" names, and its S3 location (None: only here)."""
+
+    what: str
+    path: Path
+    s3_uri: str | None = None
+
+
 @dataclass
 class DemoResult:
+    """How the demo ended: what its closing lines say (`retrain local demo --json` prints it)."""
+
     ok: bool
-    run: str | None = None
-    summary: RunSummary | None = None
-    local_folder: Path | None = None
-    report: Path | None = None
+    run: str | None = None  # the last run followed: the second (screening) run when both ended
+    summary: RunSummary | None = None  # that run's summary.json
+    local_folder: Path | None = None  # where that run's files were copied
+    report: Path | None = None  # its profiling report, copied here
     problems: list[str] = field(default_factory=list)
+    first_run: str | None = None  # the run that trained the first model
+    batches: list[str] = field(default_factory=list)  # the teams' drops, in the order they came
+    bucket: str | None = None
+    function_log: Path | None = None  # what the functions logged (JSON logs, EMF metrics)
+    places: list[Place] = field(default_factory=list)  # "Where to look", line by line
 
 
 class Demo:
@@ -149,6 +165,7 @@ class Demo:
             self.console.print(f"  AWS endpoint {stack.endpoint_url}, data bucket s3://{self.bucket}", soft_wrap=True)
             inbox = stack.topic_inbox("demo-inbox")
             result = self._play(stamp, inbox)
+            result.bucket, result.function_log = self.bucket, self.function_log
         if result.run is None:  # "Where to look" names it otherwise
             self.console.print(f"  What the functions logged: {self.function_log}", soft_wrap=True)
         self.console.print(
@@ -166,10 +183,12 @@ class Demo:
         problems, _ = self._drop(first, self._draw)
         run, summary = self._retrain()
         if summary is None or run is None:
-            return DemoResult(ok=False, problems=[*problems, f"the first run did not end: {self._why_no_run()}"])
+            why = f"the first run did not end: {self._why_no_run()}"
+            return DemoResult(ok=False, problems=[*problems, why], batches=[first])
+        first_run = run
         if summary.outcome != "accepted":
             problems.append(f"the first run ended {summary.outcome}")
-            return DemoResult(ok=False, run=run, summary=summary, problems=problems)
+            return DemoResult(ok=False, run=run, summary=summary, problems=problems, first_run=run, batches=[first])
         self._messages(inbox, full=False)
 
         # The accepted model now judges every new pair's labels before anything trains on them.
@@ -183,9 +202,10 @@ class Demo:
         problems += more
         run, summary = self._retrain()
         if summary is None or run is None:
-            return DemoResult(ok=False, problems=[*problems, f"the second run did not end: {self._why_no_run()}"])
+            why = f"the second run did not end: {self._why_no_run()}"
+            return DemoResult(ok=False, problems=[*problems, why], first_run=first_run, batches=[first, second])
         self._messages(inbox, full=True)
-        result = self._where_to_look(run, summary, report, screened=second)
+        folder, report_path, places = self._where_to_look(run, summary, report, screened=second)
         if not (summary.left_out.get(second, 0) > 0 or second in summary.held):
             # Not a failure of the loop: a first model too weak to judge (smaller --count or
             # --epochs than the defaults) sees nothing, and says so in the screening line above.
@@ -198,9 +218,12 @@ class Demo:
             ok=not problems,
             run=run,
             summary=summary,
-            local_folder=result[0],
-            report=result[1],
+            local_folder=folder,
+            report=report_path,
             problems=problems,
+            first_run=first_run,
+            batches=[first, second],
+            places=places,
         )
 
     def _chapter(self, text: str) -> None:
@@ -596,9 +619,9 @@ class Demo:
 
     def _where_to_look(
         self, run: str, summary: RunSummary | None, report: dict[str, Any] | None, *, screened: str
-    ) -> tuple[Path | None, Path | None]:
+    ) -> tuple[Path, Path | None, list[Place]]:
         """Copy the run's folder and model here, and the screened batch's relabel list and its
-        pictures, and say where everything is."""
+        pictures, and say where everything is: the run's folder, its report, and the places named."""
         folder = (self.options.out / run).resolve()
         batch_folder = (self.options.out / screened).resolve()
         s3 = self.stack.aws.s3
@@ -626,24 +649,31 @@ class Demo:
             ("model (PyTorch state dict)", folder / "model" / "model.pt", f"models/runs/{run}/model.pt"),
             ("Slack message (Block Kit JSON)", folder / "slack-message.json", None),
         ]
+        places = []
         for what, path, key in rows:
             if not path.exists():
                 continue
-            location = f"  (s3://{self.bucket}/{key})" if key else ""
+            places.append(Place(what, path, f"s3://{self.bucket}/{key}" if key else None))
+            location = f"  ({places[-1].s3_uri})" if key else ""
             self.console.print(f"  {what:<31} {path}{location}", soft_wrap=True)
         relabel = batch_folder / "report.md"
         if relabel.exists():
-            key = prefixes.report_key(screened, "report.md")
-            self.console.print(
-                f"  {screened + ' relabel list':<31} {relabel}  (s3://{self.bucket}/{key})", soft_wrap=True
+            places.append(
+                Place(
+                    f"{screened} relabel list",
+                    relabel,
+                    f"s3://{self.bucket}/{prefixes.report_key(screened, 'report.md')}",
+                )
             )
+            self.console.print(f"  {places[-1].what:<31} {relabel}  ({places[-1].s3_uri})", soft_wrap=True)
         pictures = sorted((batch_folder / "fix").glob("*.png"))
         if pictures:
+            places.append(Place("pictures of the pairs to fix", batch_folder / "fix"))
             shows = "image, label, the model's view, where they disagree"
             where = f"{batch_folder / 'fix'}/ ({len(pictures)} PNG: {shows})"
-            self.console.print(f"  {'pictures of the pairs to fix':<31} {where}", soft_wrap=True)
-        logs = "Lambda logs and EMF metrics"
-        self.console.print(f"  {logs:<31} {self.function_log}  (on AWS: CloudWatch Logs)", soft_wrap=True)
+            self.console.print(f"  {places[-1].what:<31} {where}", soft_wrap=True)
+        places.append(Place("Lambda logs and EMF metrics", self.function_log))
+        self.console.print(f"  {places[-1].what:<31} {self.function_log}  (on AWS: CloudWatch Logs)", soft_wrap=True)
         if report_path.exists():
             self.console.print(f"\n  Open the report in a browser: [bold]{report_path.as_uri()}[/bold]", soft_wrap=True)
         if report is not None and not relabel.exists():
@@ -653,7 +683,7 @@ class Demo:
             "  To keep the stack up and steer runs yourself: `retrain local up`, then `retrain runs list`.",
             soft_wrap=True,
         )
-        return folder, report_path if report_path.exists() else None
+        return folder, report_path if report_path.exists() else None, places
 
 
 class _LogTail:

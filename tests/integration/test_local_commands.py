@@ -48,8 +48,10 @@ def test_the_server_stack_takes_uploads_from_any_aws_client_and_frees_its_port()
 def test_make_run_plays_two_drops_and_shows_the_screen_leaving_out_the_wrong_pairs_with_their_pictures(
     tmp_path: Path,
 ) -> None:
-    # `make run` as a newcomer runs it: its defaults, only the output folder chosen.
-    result = CliRunner().invoke(app, ["local", "demo", "--out", str(tmp_path)], env={"COLUMNS": "200"})
+    # `make run` as a newcomer runs it: its defaults, only the output folder chosen; and --json,
+    # so the story goes to stderr and how it ended to stdout (without it the same story is on
+    # stdout: tests/unit/test_local_demo_command.py). `output` holds both, as a terminal shows them.
+    result = CliRunner().invoke(app, ["local", "demo", "--out", str(tmp_path), "--json"], env={"COLUMNS": "200"})
 
     output = result.output
     assert result.exit_code == 0, output
@@ -111,6 +113,18 @@ def test_make_run_plays_two_drops_and_shows_the_screen_leaving_out_the_wrong_pai
         assert (run_folder / "model" / "model.pt").stat().st_size > 0
     assert json.loads((run_folder / "slack-message.json").read_text())["blocks"]
     assert f"s3://{summary['artifacts']['report'].removeprefix('s3://')}" in output
+
+    ended = json.loads(result.stdout)
+    assert (ended["ok"], ended["problems"], ended["run"]) == (True, [], run_folder.name), ended
+    assert ended["first_run"] and ended["first_run"] != ended["run"], ended
+    assert ended["batches"][1] == berlin.group(1) and ended["batches"][0].startswith("munich-"), ended
+    assert (ended["local_folder"], ended["report"]) == (str(run_folder), str(report))
+    assert ended["function_log"] == str(function_log)
+    assert (ended["summary"]["run"], ended["summary"]["outcome"]) == (summary["run"], summary["outcome"])
+    places = {place["what"]: place for place in ended["places"]}
+    assert places["profiling report"]["path"] == str(report), places
+    assert places[f"{berlin.group(1)} relabel list"]["path"] == berlin.group(2), places
+    assert all(Path(place["path"]).exists() for place in ended["places"]), places
 
     dom = open_in_browser(report)
     assert f"Profiling report: {summary['job']['name']}" in dom, dom[:2000]
