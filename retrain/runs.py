@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 from functions.common import prefixes
 from functions.common.errors import RetrainError
 from functions.common.models import RunContext, RunState
-from functions.common.requests import NotifyRequest, TriggerOutcome
+from functions.common.requests import NotifyRequest, TriggerInput, TriggerOutcome
 from functions.common.summary import RunSummary
 from functions.data.ledger import Ledger
 from functions.data.run_lock import RunLock
@@ -38,6 +38,7 @@ from functions.run_ended.cleanup import JobStop, RunCleanup, job_status
 from functions.trigger.logic import Trigger
 
 if TYPE_CHECKING:
+    from mypy_boto3_lambda import LambdaClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_stepfunctions import SFNClient
@@ -54,6 +55,10 @@ class RunNotFoundError(RetrainError):
 
 class RunNotRunningError(RetrainError):
     """The run has already ended: there is nothing to cancel."""
+
+
+class TriggerFailedError(RetrainError):
+    """The trigger function was invoked but failed: its error, as Lambda returned it."""
 
 
 class RunRow(BaseModel):
@@ -297,6 +302,30 @@ class Runs:
             told_team=bool(told),
             summary_uri=told[0].summary_uri if told else None,
         )
+
+
+def start_now(lambda_client: LambdaClient, function_name: str, who: str) -> TriggerOutcome:
+    """Ask the stack's own trigger to start a run on the new data there is now (`retrain runs
+    start`). The deployed function decides, with its settings (split, settle time, lock), so a run
+    started by hand is frozen exactly as a scheduled one; only the count and the delay are waived."""
+    request = TriggerInput(action="start", source=f"retrain runs start ({who})")
+    response = lambda_client.invoke(
+        FunctionName=function_name,
+        InvocationType="RequestResponse",
+        Payload=request.model_dump_json(exclude_defaults=True).encode(),
+    )
+    payload = response["Payload"].read()
+    if response.get("FunctionError"):
+        try:
+            error = json.loads(payload)
+            detail = f"{error.get('errorType', 'Error')}: {error.get('errorMessage', '')}"
+        except (json.JSONDecodeError, AttributeError):
+            detail = payload.decode(errors="replace")[:500]
+        raise TriggerFailedError(f"the trigger function {function_name} failed: {detail}")
+    try:
+        return TriggerOutcome.model_validate_json(payload)
+    except ValidationError as error:
+        raise TriggerFailedError(f"the trigger function {function_name} answered {payload[:200]!r}: {error}") from None
 
 
 def rerun_name(version: str, now: datetime) -> str:

@@ -169,17 +169,20 @@ class NotifyRequest(BaseModel):
 
 
 class TriggerInput(BaseModel):
-    """What the trigger is invoked with, from any of its three callers.
+    """What the trigger is invoked with, from any of its four callers.
 
     - its schedule (EventBridge: `{"source": "aws.events", "detail-type": ...}`) and a kick after
       batches close (`{"source": "batch closed", "time": ...}`): look for data ready to train on;
     - the state machine's last state (`{"action": "release", "holder": <execution name>}`):
-      release that run's lock first, then look (data that came during the run starts the next).
+      release that run's lock first, then look (data that came during the run starts the next);
+    - a person (`retrain runs start`: `{"action": "start", "source": <who>}`): start a run on the
+      new data there is now, however little and however recent; every other rule holds (the
+      lock, settled batches, held pairs left out, both splits present).
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    action: Literal["look", "release"] = "look"
+    action: Literal["look", "release", "start"] = "look"
     holder: RunName | None = None  # the run whose lock a release frees
     source: str = "unknown"
     time: datetime | None = None  # when a kick was sent
@@ -196,7 +199,7 @@ class TriggerInput(BaseModel):
             return cls.model_validate(event)
         except ValidationError as exc:
             raise InvalidEventError(
-                f"the trigger's input is not a schedule, kick or release: "
+                f"the trigger's input is not a schedule, kick, release or start: "
                 f"{exc.errors(include_url=False, include_context=False)}"
             ) from exc
 

@@ -64,11 +64,15 @@ def decide(
     batches: dict[str, BatchRecord],
     now: datetime,
     policy: TriggerPolicy,
+    requested_by: str | None = None,
 ) -> Decision:
-    """The policy alone: pure, so every threshold is tested without AWS."""
+    """The policy alone: pure, so every threshold is tested without AWS. A person's request
+    (`requested_by`) waives the count and the delay, nothing else: no new pair, no run."""
     count = len(new_pairs)
     if count == 0:
         return Decision(False, "no new curated pairs in closed batches", 0)
+    if requested_by is not None:
+        return Decision(True, f"{count} new pairs, started on request by {requested_by}", count)
     if count >= policy.min_new_pairs:
         return Decision(True, f"{count} new pairs (threshold {policy.min_new_pairs})", count)
     oldest = min(batches[p.batch].closed_at or now for p in new_pairs)
@@ -97,20 +101,25 @@ class Trigger:
     clock: Callable[[], datetime]
 
     def handle(self, request: TriggerInput) -> TriggerOutcome:
-        """Release the lock when asked to, then look for data ready to train on."""
+        """Release the lock when asked to, then look for data ready to train on (a person's
+        `start` waives the count and the delay)."""
         released = self.release(request.holder) if request.holder is not None else None
-        return self.run().model_copy(update={"released": released})
+        requested_by = request.source if request.action == "start" else None
+        return self.run(requested_by=requested_by).model_copy(update={"released": released})
 
-    def run(self) -> TriggerOutcome:
+    def run(self, requested_by: str | None = None) -> TriggerOutcome:
         now = self.clock()
         lock = self.lock.current()
         if lock is not None and self.lock.keeps_out(lock):
             return TriggerOutcome(started=None, reason=f"a run holds the lock: {lock.holder}")
         revisions: dict[str, int] = {}
         settled: dict[str, BatchRecord] = {}
+        settling = 0
         for batch, revision in self.ledger.closed_batches():
             if (now - batch.last_seen).total_seconds() >= self.policy.settle_seconds:
                 settled[batch.batch], revisions[batch.batch] = batch, revision
+            else:
+                settling += 1
         # Held pairs are in no version until fixed or released (`retrain data release`).
         trusts = self.ledger.trusts()
         # New pairs can only be in closed batches not yet consumed: read those batches' pairs alone.
@@ -124,8 +133,15 @@ class Trigger:
         ]
         holding_new = {pair.batch for pair in new}
         self._consume([(settled[name], revisions[name]) for name in settled if name not in holding_new])
-        decision = decide(new, settled, now, self.policy)
+        decision = decide(new, settled, now, self.policy, requested_by)
         if not decision.start:
+            if settling and requested_by is not None:
+                # Whoever asked should know that waiting a minute may change the answer.
+                return TriggerOutcome(
+                    started=None,
+                    reason=f"{decision.reason}; {settling} closed batch(es) still settling (an object "
+                    f"arrived less than {self.policy.settle_seconds} s ago): ask again after that",
+                )
             return TriggerOutcome(started=None, reason=decision.reason)
         # The manifest is cumulative: only starting a run reads every curated pair there is.
         curated = [

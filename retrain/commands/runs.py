@@ -1,11 +1,12 @@
-"""`retrain runs list|show|rerun|cancel`: see and steer the retraining runs of a stack.
+"""`retrain runs list|show|start|rerun|cancel`: see and steer the retraining runs of a stack.
 
 Without `--stack` they talk to the offline stack that `retrain local up` runs in another terminal;
 with `--stack NAME`, to a deployed stack (names and ARNs from its outputs). The work is in
 `retrain/runs.py`.
 
-Exit codes: 0 done; 1 nothing to do (a rerun refused because a run holds the lock, a cancel of a
-run that has ended); 2 no such run, no stack, or AWS unreachable.
+Exit codes: 0 done; 1 nothing to do (a start or rerun refused because a run holds the lock or, for
+a start, there is no new data; a cancel of a run that has ended); 2 no such run, no stack, AWS
+unreachable, or the trigger function failed.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from functions.notify.logic import Notifier
 from functions.notify.secret import SlackWebhookSecret
 from functions.trigger.logic import Trigger, TriggerPolicy
 from retrain import target as targets
-from retrain.runs import RunNotFoundError, RunNotRunningError, Runs
+from retrain.runs import RunNotFoundError, RunNotRunningError, Runs, TriggerFailedError, start_now
 from retrain.target import RegionOption, StackOption, StackTarget, TargetError
 
-app = typer.Typer(help="See and steer retraining runs: list, show, rerun, cancel.", no_args_is_help=True)
+app = typer.Typer(help="See and steer retraining runs: list, show, start, rerun, cancel.", no_args_is_help=True)
 console = Console()
 errors = Console(stderr=True)
 
@@ -60,6 +61,8 @@ def _talking_to(target: StackTarget) -> Iterator[None]:
         _fail(str(error), 2)
     except RunNotRunningError as error:
         _fail(str(error), 1)
+    except TriggerFailedError as error:
+        _fail(str(error), 2)
     except ClientError as error:
         _fail(f"{target.describe()} refused: {error}", 2)
     except BotoCoreError as error:
@@ -160,7 +163,27 @@ def show(run: RunArgument, stack: StackOption = None, region: RegionOption = Non
 
 
 @app.command()
-def rerun(run: RunArgument, stack: StackOption = None, region: RegionOption = None) -> None:
+def start(stack: StackOption = None, region: RegionOption = None, as_json: JsonOption = False) -> None:
+    """Start a run now on the curated pairs no run has seen, however few and however recent (the
+    stack's trigger otherwise waits for MinNewPairs or MaxDelaySeconds). Every other rule holds:
+    one run at a time (the lock), batches settled, held pairs left out, both splits present."""
+    target = targets.connect(stack, region, errors)
+    with _talking_to(target):
+        function = target.output("TriggerFunctionName")
+        outcome = start_now(target.client("lambda"), function, _who(target))
+    if as_json:
+        typer.echo(outcome.model_dump_json(indent=2, exclude={"released"}))
+    if outcome.started is None:
+        _fail(f"no run started: {outcome.reason}", 1)
+    if not as_json:
+        console.print(f"Started run [bold]{outcome.started}[/bold] ({outcome.reason}).", soft_wrap=True)
+        console.print(f"Follow it with: retrain runs show {outcome.started}", soft_wrap=True)
+
+
+@app.command()
+def rerun(
+    run: RunArgument, stack: StackOption = None, region: RegionOption = None, *, as_json: JsonOption = False
+) -> None:
     """Start a new run on RUN's dataset version, under the same lock as every run."""
     target = targets.connect(stack, region, errors)
     with _talking_to(target):
@@ -175,8 +198,12 @@ def rerun(run: RunArgument, stack: StackOption = None, region: RegionOption = No
             clock=lambda: datetime.now(UTC),
         )
         outcome = runs.rerun(run, trigger)
+    if as_json:
+        typer.echo(outcome.model_dump_json(indent=2, exclude={"released"}))
     if outcome.started is None:
         _fail(f"no rerun started: {outcome.reason}", 1)
+    if as_json:
+        return
     console.print(f"Started run [bold]{outcome.started}[/bold] ({outcome.reason}).", soft_wrap=True)
     console.print(f"Follow it with: retrain runs show {outcome.started}", soft_wrap=True)
 
@@ -184,6 +211,7 @@ def rerun(run: RunArgument, stack: StackOption = None, region: RegionOption = No
 @app.command()
 def cancel(
     run: RunArgument,
+    *,
     stack: StackOption = None,
     region: RegionOption = None,
     notify: Annotated[
@@ -192,8 +220,10 @@ def cancel(
     job_timeout: Annotated[
         float, typer.Option(min=0, help="Seconds to wait for RunEndedFunction to stop the job and free the lock.")
     ] = 120.0,
+    as_json: JsonOption = False,
 ) -> None:
     """Stop RUN's execution; its job is stopped, the team told and the lock freed as for any end."""
+    progress = errors if as_json else console  # stdout carries the JSON alone
     target = targets.connect(stack, region, errors)
     with _talking_to(target):
         runs = _runs(target)
@@ -205,9 +235,12 @@ def cancel(
             notifier=notifier,
             who=_who(target),
             job_timeout=job_timeout,
-            progress=lambda line: console.print(f"  {line}", soft_wrap=True),
+            progress=lambda line: progress.print(f"  {line}", soft_wrap=True),
         )
-    console.print(f"Run [bold]{run}[/bold] cancelled (cleaned up by {outcome.cleaned_up_by}).", soft_wrap=True)
+    if as_json:
+        typer.echo(outcome.model_dump_json(indent=2))
+    else:
+        console.print(f"Run [bold]{run}[/bold] cancelled (cleaned up by {outcome.cleaned_up_by}).", soft_wrap=True)
     if outcome.job_status in {"InProgress", "Stopping"}:
         _fail(f"training job {outcome.job_name} is still {outcome.job_status} after {job_timeout:.0f} s", 1)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import boto3
 import pytest
 from botocore.config import Config
@@ -51,6 +53,29 @@ def test_emulated_sagemaker_and_fsx_answer_other_processes_with_awss_errors_and_
         assert outside_client("s3", stack.endpoint_url).head_bucket(Bucket=stack.ref("DataBucket"))
     with pytest.raises(ParamValidationError):
         sagemaker.describe_training_job()
+
+
+def test_lambda_invoke_over_rest_reaches_the_stack_s_functions_with_lambda_s_answers() -> None:
+    options = StackOptions(mode="server", poll=False, tick=False, upload_trainer=False, slack=False)
+    with OfflineStack(options) as stack:
+        assert stack.endpoint_url is not None
+        functions = outside_client("lambda", stack.endpoint_url)
+        trigger = stack.ref("TriggerFunction")
+
+        answered = functions.invoke(FunctionName=trigger, Payload=b'{"source": "a test"}')
+        assert answered["StatusCode"] == 200 and "FunctionError" not in answered
+        assert json.loads(answered["Payload"].read())["reason"] == "no new curated pairs in closed batches"
+        # The function's own error is a 200 with FunctionError, as on Lambda, never a ClientError.
+        failed = functions.invoke(FunctionName=trigger, Payload=b'{"action": "release"}')
+        assert failed["StatusCode"] == 200 and failed["FunctionError"] == "Unhandled"
+        assert "must name the holder" in json.loads(failed["Payload"].read())["errorMessage"]
+        assert functions.invoke(FunctionName=trigger, InvocationType="DryRun")["StatusCode"] == 204
+        with pytest.raises(ClientError) as missing:
+            functions.invoke(FunctionName="no-such-function", Payload=b"{}")
+        assert missing.value.response["Error"]["Code"] == "ResourceNotFoundException"
+        assert missing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+        with pytest.raises(ClientError, match="InvalidRequestContentException"):
+            functions.invoke(FunctionName=trigger, Payload=b"not json")
 
 
 def test_json_protocol_values_round_trip_through_the_shapes() -> None:

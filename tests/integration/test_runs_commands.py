@@ -130,8 +130,9 @@ def test_runs_list_show_rerun_and_cancel_against_local_up_in_another_process(
     assert again.exit_code == 0, again.output
     rerun = again.stdout.split("Started run ")[1].split(" ")[0]
     assert rerun.startswith(f"{first['run']}-rerun-"), again.stdout
-    refused = runs("rerun", first["run"])
+    refused = runs("rerun", first["run"], "--json")
     assert refused.exit_code == 1 and f"a run holds the lock: {rerun}" in refused.stderr, refused.output
+    assert json.loads(refused.stdout) == {"started": None, "reason": f"a run holds the lock: {rerun}"}
 
     # Cancel while the job trains: its processes are there, then they are not.
     def training() -> bool:
@@ -139,10 +140,14 @@ def test_runs_list_show_rerun_and_cancel_against_local_up_in_another_process(
         return bool(details["job_name"]) and bool(trainer_processes(process.pid))
 
     wait_for(training, "the rerun's job to train", timeout=120)
-    cancelled = runs("cancel", rerun)
+    cancelled = runs("cancel", rerun, "--json")
     assert cancelled.exit_code == 0, cancelled.output
-    assert "stopped the execution" in cancelled.stdout and "released the lock" in cancelled.stdout
-    assert "told the team: Retraining stopped" in cancelled.stdout, cancelled.stdout
+    # The progress on stderr, the outcome alone on stdout.
+    assert "stopped the execution" in cancelled.stderr and "released the lock" in cancelled.stderr
+    assert "told the team: Retraining stopped" in cancelled.stderr, cancelled.stderr
+    outcome = json.loads(cancelled.stdout)
+    assert outcome["run"] == rerun and outcome["cleaned_up_by"] == "RunEndedFunction", outcome
+    assert outcome["job_status"] == "Stopped", outcome
     assert not trainer_processes(process.pid), "the job's processes outlived the cancel"
 
     sagemaker = session.client("sagemaker", endpoint_url=record.endpoint_url)

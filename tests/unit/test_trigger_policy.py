@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+from functions.common.errors import InvalidEventError
+from functions.common.requests import TriggerInput
 from functions.data.models import BatchRecord, BatchStatus, PairRecord
 from functions.trigger.logic import TriggerPolicy, decide
 
@@ -56,3 +60,23 @@ def test_the_delay_counts_from_the_oldest_batch() -> None:
     decision = decide(pairs("new", 1) + pairs("old", 1), batches, NOW, POLICY)
 
     assert decision.start, decision.reason
+
+
+def test_a_person_s_request_waives_the_count_and_the_delay_but_not_the_need_for_new_pairs() -> None:
+    batches = {"b1": closed("b1", 1)}
+
+    asked = decide(pairs("b1", 1), batches, NOW, POLICY, requested_by="ana")
+    nothing = decide([], batches, NOW, POLICY, requested_by="ana")
+
+    assert asked.start and asked.new_pairs == 1
+    assert asked.reason == "1 new pairs, started on request by ana"
+    assert not nothing.start and nothing.reason == "no new curated pairs in closed batches"
+
+
+def test_a_start_request_parses_and_only_the_start_action_is_a_request() -> None:
+    start = TriggerInput.parse({"action": "start", "source": "retrain runs start (ana)"})
+    look = TriggerInput.parse({"source": "aws.events", "detail-type": "Scheduled Event"})
+
+    assert start.action == "start" and look.action == "look"
+    with pytest.raises(InvalidEventError, match="schedule, kick, release or start"):
+        TriggerInput.parse({"action": "begin"})

@@ -7,7 +7,7 @@ a stand-in that records the runs started."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -124,3 +124,18 @@ def test_a_held_pair_alone_starts_no_run(trigger: Trigger) -> None:
     outcome = trigger.run()
 
     assert outcome.started is None and "no new curated pairs" in outcome.reason, outcome
+
+
+def test_a_start_asked_for_while_a_batch_settles_says_to_ask_again(trigger: Trigger) -> None:
+    settling = replace(trigger, policy=replace(POLICY, settle_seconds=60, min_new_pairs=500))
+    curate(settling.ledger, "munich-01", STEMS, at=NOW - timedelta(seconds=10))
+
+    asked = settling.run(requested_by="ana")
+    later = replace(settling, clock=lambda: NOW + timedelta(seconds=50)).run(requested_by="ana")
+
+    assert asked.started is None, asked
+    assert asked.reason == (
+        "no new curated pairs in closed batches; 1 closed batch(es) still settling (an object arrived less "
+        "than 60 s ago): ask again after that"
+    )
+    assert later.started is not None and later.reason == "6 new pairs, started on request by ana", later

@@ -4,9 +4,11 @@ The emulators answer inside the stack's process, on boto3's hooks (`emulators.py
 another terminal (`aws sagemaker describe-training-job --endpoint-url ...`, `retrain runs cancel`)
 reaches only the HTTP server, where moto would answer with its own, different SageMaker. This WSGI
 layer in front of moto's app takes the requests of emulated JSON-protocol operations
-(`X-Amz-Target: SageMaker.StopTrainingJob`), replays each as a call of an in-process client, so it
-passes the same request validation, emulator and response validation as the stack's own calls,
-and writes the answer back as the JSON protocol does. Everything else goes on to moto unchanged.
+(`X-Amz-Target: SageMaker.StopTrainingJob`), and Lambda's `Invoke` (REST: `POST
+/2015-03-31/functions/NAME/invocations`, `retrain runs start`), replays each as a call of an
+in-process client, so it passes the same request validation, emulator and response validation as
+the stack's own calls, and writes the answer back as the protocol does. Everything else goes on to
+moto unchanged.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
+from urllib.parse import parse_qs, unquote
 
 import botocore.session
 from botocore.config import Config
@@ -34,6 +38,10 @@ log = logging.getLogger(__name__)
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # One attempt inside: the caller outside retries (a throttled answer must reach it as one).
 ONE_ATTEMPT = Config(retries={"mode": "standard", "total_max_attempts": 1}, connect_timeout=5, read_timeout=60)
+
+
+# Lambda's Invoke, the one REST operation served here (its URI in botocore's model).
+INVOKE_PATH = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations$")
 
 
 class EmulatorGateway:
@@ -57,6 +65,9 @@ class EmulatorGateway:
         return found
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        invoked = INVOKE_PATH.match(str(environ.get("PATH_INFO", "")))
+        if invoked and environ.get("REQUEST_METHOD") == "POST" and self._registry.serves("lambda", "Invoke"):
+            return self._invoke(unquote(invoked["name"]), environ, start_response)
         prefix, _, operation = str(environ.get("HTTP_X_AMZ_TARGET", "")).partition(".")
         service = self._targets().get(prefix)
         if service is None or not self._registry.serves(service, operation):
@@ -70,6 +81,45 @@ class EmulatorGateway:
         )
         return [body]
 
+    def _invoke(self, name: str, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        """Lambda's `Invoke` as its REST protocol has it: the event is the body, the type and
+        log type are headers, the qualifier a query parameter; the answer's body is the payload."""
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        event = environ["wsgi.input"].read(length) if length else b""
+        params: dict[str, Any] = {"FunctionName": name, "Payload": event}
+        for header, member in (
+            ("HTTP_X_AMZ_INVOCATION_TYPE", "InvocationType"),
+            ("HTTP_X_AMZ_LOG_TYPE", "LogType"),
+            ("HTTP_X_AMZ_CLIENT_CONTEXT", "ClientContext"),
+        ):
+            if environ.get(header):
+                params[member] = environ[header]
+        qualifier = parse_qs(str(environ.get("QUERY_STRING", ""))).get("Qualifier")
+        if qualifier:
+            params["Qualifier"] = qualifier[0]
+        client = clients.make("lambda", config=ONE_ATTEMPT, endpoint_url="http://emulated.invalid")
+        try:
+            answer = dict(client._make_api_call("Invoke", params))
+        except (ParamValidationError, ClientError) as error:
+            status, code, message = _client_error(error)
+            body = json.dumps({"Type": "User", "message": message}).encode()
+            start_response(
+                f"{status} Error",
+                [("Content-Type", "application/json"), ("X-Amzn-ErrorType", code), ("Content-Length", str(len(body)))],
+            )
+            return [body]
+        payload = answer.get("Payload")
+        body = payload.read() if payload is not None else b""
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        for member, header in (
+            ("FunctionError", "X-Amz-Function-Error"),
+            ("ExecutedVersion", "X-Amz-Executed-Version"),
+        ):
+            if answer.get(member):
+                headers.append((header, str(answer[member])))
+        start_response(f"{answer.get('StatusCode', 200)} OK", headers)
+        return [body]
+
     def _call(self, service: str, operation: str, raw: bytes) -> tuple[int, bytes]:
         model = self._loader.get_service_model(service).operation_model(operation)
         try:
@@ -80,14 +130,19 @@ class EmulatorGateway:
         client = clients.make(service, config=ONE_ATTEMPT, endpoint_url="http://emulated.invalid")
         try:
             answer = dict(client._make_api_call(operation, params))
-        except ParamValidationError as error:
-            return _error(400, "ValidationException", str(error))
-        except ClientError as error:
-            details = error.response.get("Error", {})
-            status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 400))
-            return _error(status, str(details.get("Code", "InternalFailure")), str(details.get("Message", "")))
+        except (ParamValidationError, ClientError) as error:
+            return _error(*_client_error(error))
         answer.pop("ResponseMetadata", None)
         return 200, json.dumps(to_json(answer, model.output_shape)).encode()
+
+
+def _client_error(error: ParamValidationError | ClientError) -> tuple[int, str, str]:
+    """The status, error code and message an in-process call's error is answered with."""
+    if isinstance(error, ParamValidationError):
+        return 400, "ValidationException", str(error)
+    details = error.response.get("Error", {})
+    status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 400))
+    return status, str(details.get("Code", "InternalFailure")), str(details.get("Message", ""))
 
 
 def _error(status: int, code: str, message: str) -> tuple[int, bytes]:
