@@ -34,6 +34,7 @@ from functions.notify.logic import Notifier
 from functions.notify.secret import SlackWebhookSecret
 from functions.trigger.logic import Trigger, TriggerPolicy
 from retrain import target as targets
+from retrain.commands.options import JsonOption
 from retrain.runs import RunNotFoundError, RunNotRunningError, Runs, TriggerFailedError, start_now
 from retrain.target import RegionOption, StackOption, StackTarget, TargetError
 
@@ -42,7 +43,6 @@ console = Console()
 errors = Console(stderr=True)
 
 RunArgument = Annotated[str, typer.Argument(help="The run: its execution name, as `retrain runs list` shows it.")]
-JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 
 
 def _fail(message: str, code: int) -> NoReturn:

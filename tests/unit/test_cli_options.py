@@ -97,24 +97,8 @@ NO_RESULT = {
     ("plan-job",): "its result is JSON already: the CreateTrainingJob request, alone on stdout",
 }
 
-# Commands that report a result and do not take --json yet, and why: expected to fail (strict, so
-# the day they take it the test says to take them off this list).
-JSON_TO_COME = {
-    ("runs", "rerun"): "the run it started; retrain/commands/runs.py is being changed elsewhere",
-    ("runs", "cancel"): "how the run was cleaned up; retrain/commands/runs.py is being changed elsewhere",
-}
 
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=JSON_TO_COME[path]))
-        if path in JSON_TO_COME
-        else path
-        for path in COMMANDS
-    ],
-    ids=lambda path: " ".join(path) or "retrain",
-)
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda path: " ".join(path) or "retrain")
 def test_every_command_that_reports_a_result_takes_json(path: tuple[str, ...]) -> None:
     options = _options(path)
     if path in NO_RESULT:
@@ -129,5 +113,5 @@ def test_every_command_that_reports_a_result_takes_json(path: tuple[str, ...]) -
 
 
 def test_every_command_listed_is_one() -> None:
-    listed = set(NO_RESULT) | set(JSON_TO_COME)
+    listed = set(NO_RESULT)
     assert listed <= set(COMMANDS), f"not commands: {listed - set(COMMANDS)}"
