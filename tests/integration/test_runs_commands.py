@@ -23,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from retrain.cli import app
+from retrain.commands import runs as runs_command
 from retrain.local.endpoint import discovery
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import scene
@@ -65,6 +66,10 @@ def local_up(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], discovery.
 
 
 def runs(*args: str) -> Any:
+    # A wide terminal, so the table keeps each run's name on one line. rich reads COLUMNS when a
+    # console is made, which is when the module was first imported in this process, maybe by an
+    # earlier test: so the width is set on the console itself.
+    runs_command.console.width = 250
     return CliRunner().invoke(app, ["runs", *args], env={"COLUMNS": "250"})
 
 
