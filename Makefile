@@ -24,17 +24,28 @@ SAGEMAKER_SDK_STAMP := $(SAGEMAKER_SDK)/.installed-$(SAGEMAKER_SDK_VERSION)
 # The tests that compare our CreateTrainingJob request and image tables with the SDK's own.
 SDK_PARITY_TESTS := tests/unit/training_job/test_sdk_parity.py tests/unit/training_job/test_images.py
 # The default training image's torch and Python (functions/training_job/images.py; a unit test
-# keeps them equal): the trainer's tests run under it too, in .tools/torch-<version>. PyPI has
-# only CUDA builds of torch for Linux x86_64, so that environment is about 6.4 GB.
+# keeps them equal): the trainer's tests run under it, in .tools/torch-<version>. PyPI has only
+# CUDA builds of torch for Linux x86_64, so that environment is about 6.4 GB; pip's cache keeps
+# the wheels, so rebuilding it on the same machine (a pin changed) downloads nothing again.
 IMAGE_TORCH_VERSION := 2.8.0
 IMAGE_PYTHON_VERSION := 3.12
 IMAGE_TORCH := $(TOOLS)/torch-$(IMAGE_TORCH_VERSION)
 IMAGE_TORCH_STAMP := $(IMAGE_TORCH)/.installed
 # The trainer's tests, and the check that every module imports without the dev tools.
 IMAGE_TORCH_TESTS := tests/trainer tests/unit/test_declared_dependencies.py
+# The Lambda runtime's Python (template.yaml's Globals: a unit test keeps them equal). The
+# functions' tests run under it too, in .tools/lambda-python-<version>: the project with the
+# offline stack and the test tools, no torch. Out of them: the three unit-test files that read
+# the trainer (torch), which the trainer's runs cover.
+LAMBDA_PYTHON_VERSION := 3.13
+LAMBDA_ENV := $(TOOLS)/lambda-python-$(LAMBDA_PYTHON_VERSION)
+LAMBDA_ENV_STAMP := $(LAMBDA_ENV)/.installed
+LAMBDA_TESTS := tests/unit tests/integration/lambda_handlers \
+  --ignore=tests/unit/test_rule_words.py --ignore=tests/unit/test_rule_defaults_agree.py \
+  --ignore=tests/unit/training_job/test_builder.py
 
 .DEFAULT_GOAL := help
-.PHONY: help venv tools run test test-slow test-all test-sdk-parity test-trainer-image-torch lint format typecheck pr bench bench-screening stress-teardown statemachine validate-template sam-build package-trainer upload-trainer deploy lock clean
+.PHONY: help venv tools run test test-envs test-quick test-sdk-parity test-trainer-image-torch test-lambda-python lint format typecheck pr bench bench-screening stress-teardown statemachine validate-template sam-build package-trainer upload-trainer deploy lock clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-25s %s\n", $$1, $$2}'
@@ -51,18 +62,25 @@ venv: $(STAMP) ## Create or update the virtual environment
 run: $(STAMP) ## Run the whole loop offline (moto + real functions + state machine)
 	$(BIN)/retrain local demo
 
-# `make test` takes about 13 minutes on 2 cores: the scenarios that take longer are marked slow
-# (each with its duration in the marker's reason) and run by `make test-slow`; CI runs both.
-test: $(STAMP) tools ## Run the tests (set-up included); the slow scenarios: make test-slow
-	$(BIN)/pytest -m "not slow"
-	$(MAKE) --no-print-directory test-sdk-parity
+# `make test` runs every test CI runs, each once, on TEST_WORKERS pytest-xdist workers (the
+# scenarios wait on the offline AWS and the trainer's processes as much as on the CPU):
+#   1. everything but the trainer's tests, fast and slow in one run, under .venv (Python 3.11,
+#      the development torch), with the slowest tests listed at the end (--durations);
+#   2. the trainer's tests under the default training image's torch and Python (what SageMaker
+#      runs), in .tools/torch-<version>;
+#   3. the functions' tests under the Lambda runtime's Python (template.yaml's Runtime);
+#   4. our training-job requests against the SageMaker SDK's, in its own environment.
+# `make test-quick` is the edit-test loop: the tests not marked slow, all under .venv.
+TEST_WORKERS ?= 2
+DURATIONS := --durations=20 --durations-min=5
+test: $(STAMP) tools $(IMAGE_TORCH_STAMP) $(LAMBDA_ENV_STAMP) ## Every test CI runs (set-up included; about 25 minutes on 2 cores)
+	$(BIN)/pytest -n $(TEST_WORKERS) $(DURATIONS) --ignore=tests/trainer
+	$(MAKE) --no-print-directory test-trainer-image-torch test-lambda-python test-sdk-parity
 
-test-slow: $(STAMP) tools ## Run the slow scenarios (end-to-end runs, large drops)
-	$(BIN)/pytest -m slow
+test-envs: $(STAMP) tools $(IMAGE_TORCH_STAMP) $(LAMBDA_ENV_STAMP) ## Create every environment make test uses, run nothing
 
-test-all: $(STAMP) tools ## Run every test, slow ones included
-	$(BIN)/pytest
-	$(MAKE) --no-print-directory test-sdk-parity
+test-quick: $(STAMP) ## The tests not marked slow, under .venv alone (about 6 minutes): the edit-test loop
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not slow"
 
 # The parity tests import the SDK, so they run in its environment (the project's dependencies
 # resolved beside it, with pytest); in .venv they skip, naming this target.
@@ -70,9 +88,17 @@ test-sdk-parity: $(SAGEMAKER_SDK_STAMP) ## Our training-job request and image ta
 	$(SAGEMAKER_SDK)/bin/pytest -p no:cacheprovider $(SDK_PARITY_TESTS)
 
 # The trainer runs in AWS's image, on an older torch and another Python than .venv's: its tests
-# run there too. Only the runtime and test extras (no dev tools), other pins from constraints.txt.
+# run there (and only there, in `make test`). Only the runtime and test extras (no dev tools),
+# other pins from constraints.txt.
 test-trainer-image-torch: $(IMAGE_TORCH_STAMP) ## The trainer's tests under the default training image's torch and Python
-	$(IMAGE_TORCH)/bin/pytest -p no:cacheprovider $(IMAGE_TORCH_TESTS)
+	$(IMAGE_TORCH)/bin/pytest -p no:cacheprovider -n $(TEST_WORKERS) $(DURATIONS) $(IMAGE_TORCH_TESTS)
+
+# The functions run on Lambda's Python, newer than .venv's: their tests run there too, so code
+# that only 3.11 accepts (or a pin without a wheel for it) fails here, not on Lambda.
+test-lambda-python: $(LAMBDA_ENV_STAMP) ## The functions' tests under the Lambda runtime's Python (3.13)
+	@if [ -f $(LAMBDA_ENV)/.missing ]; then cat $(LAMBDA_ENV)/.missing; \
+	  test -z "$$CI" || { echo "CI must run them: install Python $(LAMBDA_PYTHON_VERSION)"; exit 2; }; \
+	else $(LAMBDA_ENV)/bin/pytest -p no:cacheprovider -n $(TEST_WORKERS) $(LAMBDA_TESTS); fi
 
 lint: $(STAMP) ## ruff lint and format check
 	$(BIN)/ruff check .
@@ -86,7 +112,7 @@ format: $(STAMP) ## Apply ruff's formatting and safe fixes
 typecheck: $(STAMP) ## mypy (strict) on the code that ships, and the declared permissions
 	$(BIN)/mypy functions retrain trainer tests/permissions.py
 
-pr: lint typecheck validate-template sam-build test test-slow test-trainer-image-torch ## Everything CI runs, before you open a pull request
+pr: lint typecheck validate-template sam-build test ## Everything CI runs, before you open a pull request
 
 bench: $(STAMP) ## Run the ratio benchmarks (prints name: value lines)
 	@for bench in benchmarks/bench_*.py; do echo "# $$bench"; $(BIN)/python $$bench || exit 1; done
@@ -133,8 +159,24 @@ $(IMAGE_TORCH_STAMP): pyproject.toml constraints.txt
 	@$(IMAGE_TORCH)/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; v == "$(IMAGE_PYTHON_VERSION)" or print(f"note: no Python $(IMAGE_PYTHON_VERSION) here (the image has it): trainer tests under {v}")'
 	$(IMAGE_TORCH)/bin/python -m pip install --quiet --upgrade pip
 	grep -v '^torch==' constraints.txt > $(IMAGE_TORCH)/constraints.txt
-	$(IMAGE_TORCH)/bin/python -m pip install --quiet --no-cache-dir -c $(IMAGE_TORCH)/constraints.txt \
+	$(IMAGE_TORCH)/bin/python -m pip install --quiet -c $(IMAGE_TORCH)/constraints.txt \
 	  torch==$(IMAGE_TORCH_VERSION) -e '.[local,trainer,test]'
+	@touch $@
+
+# Python $(LAMBDA_PYTHON_VERSION) on PATH or pyenv's; without it the environment records why, and
+# `make test-lambda-python` says so (an error under CI).
+LAMBDA_PYTHON ?= $(or $(shell python$(LAMBDA_PYTHON_VERSION) -c 'import sys; print(sys.executable)' 2>/dev/null),$(shell \
+  PYENV_VERSION=$$(pyenv latest $(LAMBDA_PYTHON_VERSION) 2>/dev/null) python$(LAMBDA_PYTHON_VERSION) -c 'import sys; print(sys.executable)' 2>/dev/null))
+$(LAMBDA_ENV_STAMP): pyproject.toml constraints.txt
+	@mkdir -p $(LAMBDA_ENV) && rm -f $(LAMBDA_ENV)/.missing
+	@if [ -z "$(LAMBDA_PYTHON)" ]; then \
+	  echo "note: no Python $(LAMBDA_PYTHON_VERSION) here (pyenv install $(LAMBDA_PYTHON_VERSION), or your distribution's python$(LAMBDA_PYTHON_VERSION)): the functions' tests ran under .venv's Python only" > $(LAMBDA_ENV)/.missing; \
+	else \
+	  test -x $(LAMBDA_ENV)/bin/python || $(LAMBDA_PYTHON) -m venv $(LAMBDA_ENV); \
+	  $(LAMBDA_ENV)/bin/python -m pip install --quiet --upgrade pip && \
+	  grep -v '^torch==' constraints.txt > $(LAMBDA_ENV)/constraints.txt && \
+	  $(LAMBDA_ENV)/bin/python -m pip install --quiet -c $(LAMBDA_ENV)/constraints.txt -e '.[local,test]' || exit 1; \
+	fi
 	@touch $@
 
 tools: $(ASL_VALIDATOR_STAMP) $(SAM_STAMP) $(CHECKOV_STAMP) $(SAGEMAKER_SDK_STAMP) ## Install sam, checkov, asl-validator and the SageMaker SDK under .tools/
@@ -229,14 +271,24 @@ LAMBDA_REQUIREMENTS := aws-lambda-powertools pydantic pydantic-settings pillow s
 # anyway: so aws-xray-sdk and its only other dependency, wrapt, go in without their dependencies.
 LAMBDA_REQUIREMENTS_NO_DEPS := aws-xray-sdk wrapt
 
-build-%:
-	@test -x "$(ROOT)/$(BIN)/python" || { echo "build-$*: run 'make venv' first (pip of $(ROOT)/$(BIN))"; exit 2; }
+# Every function has the same dependencies: they are unpacked once, into build/lambda-deps (one pip
+# run, not two per function), and each build-% copies them. Unpacked again when a pin or this
+# Makefile changes.
+LAMBDA_DEPS := $(ROOT)/build/lambda-deps
+LAMBDA_DEPS_STAMP := $(ROOT)/build/.lambda-deps-installed
+$(LAMBDA_DEPS_STAMP): $(ROOT)/constraints.txt $(ROOT)/Makefile
+	@test -x "$(ROOT)/$(BIN)/python" || { echo "lambda deps: run 'make venv' first (pip of $(ROOT)/$(BIN))"; exit 2; }
+	rm -rf "$(LAMBDA_DEPS)" && mkdir -p "$(LAMBDA_DEPS)"
+	$(LAMBDA_PIP) --target "$(LAMBDA_DEPS)" $(LAMBDA_REQUIREMENTS)
+	$(LAMBDA_PIP) --target "$(LAMBDA_DEPS)" --no-deps $(LAMBDA_REQUIREMENTS_NO_DEPS)
+	@touch $@
+
+build-%: $(LAMBDA_DEPS_STAMP)
 	@test -n "$(ARTIFACTS_DIR)" || { echo "build-$*: ARTIFACTS_DIR is not set (sam build sets it)"; exit 2; }
 	mkdir -p "$(ARTIFACTS_DIR)"
 	cp -r "$(ROOT)/functions" "$(ARTIFACTS_DIR)/"
 	find "$(ARTIFACTS_DIR)/functions" -name __pycache__ -prune -exec rm -rf {} +
-	$(LAMBDA_PIP) --target "$(ARTIFACTS_DIR)" $(LAMBDA_REQUIREMENTS)
-	$(LAMBDA_PIP) --target "$(ARTIFACTS_DIR)" --no-deps $(LAMBDA_REQUIREMENTS_NO_DEPS)
+	cp -a "$(LAMBDA_DEPS)/." "$(ARTIFACTS_DIR)/"
 	@# Without importing (aarch64 wheels): every import of functions/ resolves to the package, the
 	@# 3.13 standard library or the runtime's boto3; no boto3/botocore inside. Prints the size.
 	$(ROOT)/$(BIN)/python -m retrain.lambda_package "$(ARTIFACTS_DIR)"

@@ -69,8 +69,8 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every slow test says how long it takes (`@pytest.mark.slow(seconds=N)`): `make test` leaves
-    them out to stay near 13 minutes here, and whoever runs `make test-slow` should know the cost."""
+    """Every slow test says how long it takes (`@pytest.mark.slow(seconds=N)`): `make test-quick`
+    leaves them out, and whoever runs them (`make test` does) should know the cost."""
     unstated = sorted(
         {
             item.nodeid.split("[")[0]

@@ -224,8 +224,7 @@ def test_a_throttled_put_writes_nothing_and_the_next_attempt_writes_it_once(eith
     assert throttler.refused == [("s3.PutObject", key), ("dynamodb.PutItem", "batch#late-shift note")]
 
 
-# It waits out a 95-second visibility timeout: 100 s on 2 cores, the longest test of `make test`
-# until it moved to `make test-slow`.
+# It waits out a 95-second visibility timeout: 100 s on 2 cores, so `make test-quick` leaves it out.
 @pytest.mark.slow(seconds=100)
 @pytest.mark.parametrize("data_stack", [PATIENT_INTAKE], indirect=True)
 def test_a_copy_throttled_beyond_botocores_retries_is_retried_by_sqs_and_nothing_is_lost(

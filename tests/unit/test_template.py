@@ -256,3 +256,13 @@ def test_maps_and_escaped_policy_variables_resolve_like_cloudformation() -> None
     )
     with pytest.raises(TemplateError, match=r"no us-east-2\.PyTorch"):
         resolver.resolve({"Fn::FindInMap": ["Registries", "us-east-2", "PyTorch"]})
+
+
+def test_the_functions_tests_run_under_the_python_the_functions_are_deployed_with() -> None:
+    """`make test-lambda-python` builds its environment from the Makefile's version: a new runtime
+    in template.yaml must move it, or the functions' tests would run under a Python Lambda lacks."""
+    runtime = load_template(ROOT / "template.yaml").body["Globals"]["Function"]["Runtime"]
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    (version,) = re.findall(r"^LAMBDA_PYTHON_VERSION := (\S+)$", makefile, re.MULTILINE)
+
+    assert runtime == f"python{version}"
