@@ -21,6 +21,16 @@ EVENTS = Path(__file__).parent / "events"
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Where moto departs from AWS, the offline stack fixes it (retrain/local/endpoint/moto_fixes.py):
+# tests that use moto directly get the same fixes, whatever ran first in their process. The SDK
+# parity environment has no moto, and needs none.
+try:
+    from retrain.local.endpoint import moto_fixes
+except ImportError:
+    pass
+else:
+    moto_fixes.apply()
+
 
 def load_event(name: str) -> dict[str, Any]:
     """A real-shaped AWS event from tests/events/."""

@@ -7,6 +7,8 @@ answers, not the speed (`benchmarks/bench_intake.py` measures that).
 
 from __future__ import annotations
 
+import hashlib
+
 import boto3
 import pytest
 from moto import backends, mock_aws
@@ -84,3 +86,20 @@ def test_moto_modules_are_those_of_the_installed_package() -> None:
 
     assert {"s3", "sqs", "dynamodb", "stepfunctions"} <= set(listed)
     assert list(listed) == list(moto_fixes._moto_modules_listed())
+
+
+@mock_aws
+def test_an_object_replaced_before_its_put_is_answered_keeps_its_etag_and_multipart_etags_stay() -> None:
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="race")
+    backend = s3_backends[ACCOUNT]["aws"]
+    first = backend.put_object("race", "k", b"one")
+    backend.put_object("race", "k", b"two")  # another writer of the key: moto closes the first's bytes
+
+    assert first.etag == f'"{hashlib.md5(b"one").hexdigest()}"'
+    upload = s3.create_multipart_upload(Bucket="race", Key="big")["UploadId"]
+    part = s3.upload_part(Bucket="race", Key="big", UploadId=upload, PartNumber=1, Body=b"x" * 10)["ETag"]
+    s3.complete_multipart_upload(
+        Bucket="race", Key="big", UploadId=upload, MultipartUpload={"Parts": [{"ETag": part, "PartNumber": 1}]}
+    )
+    assert s3.head_object(Bucket="race", Key="big")["ETag"].endswith('-1"')

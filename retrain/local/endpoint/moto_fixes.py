@@ -13,7 +13,7 @@ from typing import Any
 
 from moto import backends, settings
 from moto.core.utils import unix_time
-from moto.s3.models import S3Backend
+from moto.s3.models import FakeKey, S3Backend
 from moto.sqs.models import Message, Queue, SQSBackend
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
@@ -53,6 +53,7 @@ def apply() -> None:
     for name in _COUNTS:
         setattr(Queue, name, property(_count_unless_sending(getattr(Queue, name))))
     S3Backend._url_module = property(_s3_url_module)  # type: ignore[assignment,method-assign]
+    FakeKey.value = FakeKey.value.setter(_set_value_and_etag)  # type: ignore[attr-defined,method-assign]
     backends.list_of_moto_modules = functools.cache(_moto_modules)
     StepFunctionResponse.send_task_failure = _send_task_failure_with_its_cause  # type: ignore[method-assign]
     StepFunctionResponse.stop_execution = _stop_execution_with_its_error_and_cause  # type: ignore[method-assign]
@@ -60,6 +61,20 @@ def apply() -> None:
     Environment.set_error = _set_error_unless_stopped  # type: ignore[method-assign]
     Environment.set_timed_out = _set_timed_out_unless_stopped  # type: ignore[method-assign]
     BaseExecutionWorkerCommunication._reflect_execution_status = _reflect_the_stop_s_error_and_cause  # type: ignore[method-assign]
+
+
+_set_value = FakeKey.value.fset  # type: ignore[attr-defined]
+
+
+def _set_value_and_etag(self: FakeKey, new_value: bytes) -> None:
+    """moto 5.2.5 hashes an object's bytes for its ETag the first time the ETag is read, which for
+    a PutObject is while writing its answer. If another PutObject of the same key replaced the
+    object in between, moto has closed the first one's buffer ("I/O operation on closed file"): two
+    writers of one key, which AWS serves both, fail one of them. The ETag is made with the bytes
+    (unless given, as a multipart upload's is; moto never recomputes one either)."""
+    _set_value(self, new_value)
+    if self._etag is None:
+        _ = self.etag
 
 
 def _retained(self: SQSBackend, queue_name: str, message: Message) -> bool:
