@@ -7,8 +7,10 @@ import re
 from collections.abc import Iterator
 
 import pytest
+from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from tests.integration.data_drops import wait_until
 from tests.integration.helpers import add_test_function, create_machine, run_machine
 from tests.integration.runs import history_states
 
@@ -114,3 +116,27 @@ def test_a_team_that_asked_for_it_is_told_when_a_run_starts_and_again_when_it_en
     assert result["status"] == "FAILED"
     subjects = [message["Subject"] for message in inbox.receive(wait_seconds=1)]
     assert subjects == [f"Retraining started - {version}", f"Retraining failed at Check the FSx import - {version}"]
+
+
+@pytest.mark.parametrize("end", ["timed out", "stopped"])
+def test_a_task_waiting_for_its_token_ends_with_its_execution(stack: OfflineStack, end: str) -> None:
+    """On AWS an execution that timed out or was stopped has ended, tasks and all. moto 5.2.5 left
+    such a task asleep until its heartbeat ran out (25 minutes here), its threads alive: every
+    later stack then waited for them when it stopped (retrain/local/endpoint/moto_fixes.py)."""
+    answers_nothing = add_test_function(stack, "answers-nothing", "show_environment")
+    machine = create_machine(stack, "waits_for_its_token.asl.json", FunctionArn=answers_nothing)
+    sfn = stack.aws.stepfunctions
+    before = {thread for thread in TMP_THREADS if thread.is_alive()}
+    arn = sfn.start_execution(stateMachineArn=machine, name=f"token-{end.split(maxsplit=1)[0]}")["executionArn"]
+    wait_until(lambda: len(stack.runtime.invocations) == 1, message="the task to wait for its token")
+    if end == "stopped":
+        sfn.stop_execution(executionArn=arn, error="Stopped", cause="by the test")
+
+    ended = stack.wait_for_execution(arn, timeout=30)
+
+    assert ended["status"] == ("TIMED_OUT" if end == "timed out" else "ABORTED"), ended
+    wait_until(
+        lambda: not [thread for thread in TMP_THREADS if thread.is_alive() and thread not in before],
+        timeout=5,
+        message="the execution's threads to end",
+    )

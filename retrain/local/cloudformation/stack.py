@@ -493,8 +493,9 @@ class OfflineStack:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 log.warning("a Step Functions engine thread is still running: %s", thread.name)
-            else:
-                TMP_THREADS.remove(thread)
+            # Waited for once: the engine's list is process-wide, and a thread that outlived its
+            # stack must not hold every later stack's stop for the whole timeout again.
+            TMP_THREADS.remove(thread)
 
 
 def create_ledger_table(dynamodb: Any, name: str, template: Path = DEFAULT_TEMPLATE) -> None:

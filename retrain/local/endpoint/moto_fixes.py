@@ -142,9 +142,19 @@ def _set_error_unless_stopped(self: Environment, error: Any) -> None:
 
 
 def _set_timed_out_unless_stopped(self: Environment) -> None:
+    """A stop stays a stop. And as for a stop (below), moto 5.2.5 leaves a `.waitForTaskToken`
+    task with a heartbeat asleep after the execution timed out, its thread alive until the
+    heartbeat runs out; on AWS the execution has ended. Wake the waiting tasks: they see it."""
     with self._state_mutex:
-        if not isinstance(self._program_state, ProgramStopped):
-            _moto_set_timed_out(self)
+        if isinstance(self._program_state, ProgramStopped):
+            return
+        _moto_set_timed_out(self)
+    _wake_the_waiting_tasks(self)
+
+
+def _wake_the_waiting_tasks(env: Environment) -> None:
+    for endpoint in list(env.callback_pool_manager._pool.values()):
+        endpoint.interrupt_all()
 
 
 _moto_set_stop = Environment.set_stop
@@ -157,8 +167,7 @@ def _set_stop_and_wake_the_waiting_tasks(
     until its token is answered or its heartbeat runs out (25 minutes here), and the execution
     stays RUNNING meanwhile; on AWS it is ABORTED at once. Wake the waiting tasks: they see the stop."""
     _moto_set_stop(self, stop_date=stop_date, cause=cause, error=error)
-    for endpoint in list(self.callback_pool_manager._pool.values()):
-        endpoint.interrupt_all()
+    _wake_the_waiting_tasks(self)
 
 
 def _stop_execution_with_its_error_and_cause(self: StepFunctionResponse) -> Any:
