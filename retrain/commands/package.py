@@ -57,6 +57,7 @@ def command(
     """Build the trainer's sourcedir.tar.gz; with --stack or --bucket, release it for training jobs."""
     # Under --json the words go to stderr: stdout carries the document alone.
     say = errors if as_json else console
+    _check_out(out)
     archive = build_sourcedir(out)
     say.print(f"{archive.path}: {len(archive.files)} files, sha256 {archive.sha256}", soft_wrap=True)
     if stack is None and bucket is None:
@@ -79,6 +80,15 @@ def command(
     say.print(f"released {released.uri}{already}: runs started from now on train with it", soft_wrap=True)
     if as_json:
         print_json(Packaged(archive, released))
+
+
+def _check_out(out: Path) -> None:
+    """OUT must be a folder this command may write in: said before anything is built (exit 2)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        errors.print(f"[red]cannot use {out} for the archive:[/red] {error.strerror or error}", soft_wrap=True)
+        raise typer.Exit(2) from error
 
 
 def _release_client(stack: str | None, bucket: str | None, region: str | None) -> tuple[Any, str]:

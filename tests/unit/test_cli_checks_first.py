@@ -81,3 +81,14 @@ def test_demo_checks_its_arguments_before_starting_the_stack(
     result = runner.invoke(app, ["local", "demo", *args], env=WIDE)
     assert result.exit_code == 2, result.output
     assert said in result.output
+
+
+def test_package_trainer_into_a_folder_it_cannot_make_says_so_and_builds_nothing(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+
+    result = runner.invoke(app, ["package-trainer", str(blocker / "trainer")], env=WIDE)
+
+    assert result.exit_code == 2, result.output
+    assert f"cannot use {blocker / 'trainer'} for the archive: Not a directory" in result.stderr
+    assert blocker.read_text() == "not a folder\n"
