@@ -49,6 +49,10 @@ LAMBDA_TESTS := tests/unit tests/integration/lambda_handlers \
   --deselect=tests/unit/test_cli_checks_first.py::test_train_on_a_file_that_is_no_manifest_leaves_out_alone \
   --deselect=tests/unit/test_cli_checks_first.py::test_train_on_a_manifest_whose_image_is_missing_leaves_out_alone
 
+# Every environment installs the project editable, which writes retrain.egg-info in this folder:
+# under `make -j` those installs take turns (the downloads around them need not).
+EDITABLE_INSTALL := mkdir -p $(TOOLS) && flock $(TOOLS)/.editable-install.lock
+
 .DEFAULT_GOAL := help
 .PHONY: help venv tools run test test-envs test-quick test-sdk-parity test-trainer-image-torch test-lambda-python lint format typecheck pr bench bench-screening stress-teardown statemachine validate-template sam-build package-trainer upload-trainer deploy lock clean
 
@@ -59,7 +63,7 @@ help: ## Show the targets
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(EDITABLE_INSTALL) $(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP) ## Create or update the virtual environment
@@ -77,15 +81,17 @@ run: $(STAMP) ## Run the whole loop offline (moto + real functions + state machi
 #   4. our training-job requests against the SageMaker SDK's, in its own environment.
 # `make test-quick` is the edit-test loop: the tests not marked slow, all under .venv.
 TEST_WORKERS ?= 2
+# worksteal: a worker that runs out takes queued tests from the other (a few scenarios take minutes)
+XDIST := -n $(TEST_WORKERS) --dist worksteal
 DURATIONS := --durations=20 --durations-min=5
 test: $(STAMP) tools $(IMAGE_TORCH_STAMP) $(LAMBDA_ENV_STAMP) ## Every test CI runs (set-up included; about 25 minutes on 2 cores)
-	$(BIN)/pytest -n $(TEST_WORKERS) $(DURATIONS) --ignore=tests/trainer
+	$(BIN)/pytest $(XDIST) $(DURATIONS) --ignore=tests/trainer
 	$(MAKE) --no-print-directory test-trainer-image-torch test-lambda-python test-sdk-parity
 
 test-envs: $(STAMP) tools $(IMAGE_TORCH_STAMP) $(LAMBDA_ENV_STAMP) ## Create every environment make test uses, run nothing
 
 test-quick: $(STAMP) ## The tests not marked slow, under .venv alone (about 6 minutes): the edit-test loop
-	$(BIN)/pytest -n $(TEST_WORKERS) -m "not slow"
+	$(BIN)/pytest $(XDIST) -m "not slow"
 
 # The parity tests import the SDK, so they run in its environment (the project's dependencies
 # resolved beside it, with pytest); in .venv they skip, naming this target.
@@ -96,14 +102,14 @@ test-sdk-parity: $(SAGEMAKER_SDK_STAMP) ## Our training-job request and image ta
 # run there (and only there, in `make test`). Only the runtime and test extras (no dev tools),
 # other pins from constraints.txt.
 test-trainer-image-torch: $(IMAGE_TORCH_STAMP) ## The trainer's tests under the default training image's torch and Python
-	$(IMAGE_TORCH)/bin/pytest -p no:cacheprovider -n $(TEST_WORKERS) $(DURATIONS) $(IMAGE_TORCH_TESTS)
+	$(IMAGE_TORCH)/bin/pytest -p no:cacheprovider $(XDIST) $(DURATIONS) $(IMAGE_TORCH_TESTS)
 
 # The functions run on Lambda's Python, newer than .venv's: their tests run there too, so code
 # that only 3.11 accepts (or a pin without a wheel for it) fails here, not on Lambda.
 test-lambda-python: $(LAMBDA_ENV_STAMP) ## The functions' tests under the Lambda runtime's Python (3.13)
 	@if [ -f $(LAMBDA_ENV)/.missing ]; then cat $(LAMBDA_ENV)/.missing; \
 	  test -z "$$CI" || { echo "CI must run them: install Python $(LAMBDA_PYTHON_VERSION)"; exit 2; }; \
-	else $(LAMBDA_ENV)/bin/pytest -p no:cacheprovider -n $(TEST_WORKERS) $(LAMBDA_TESTS); fi
+	else $(LAMBDA_ENV)/bin/pytest -p no:cacheprovider $(XDIST) $(LAMBDA_TESTS); fi
 
 lint: $(STAMP) ## ruff lint and format check
 	$(BIN)/ruff check .
@@ -152,7 +158,7 @@ $(CHECKOV_STAMP):
 $(SAGEMAKER_SDK_STAMP): pyproject.toml
 	@test -x $(SAGEMAKER_SDK)/bin/python || $(PYTHON) -m venv $(SAGEMAKER_SDK)
 	$(SAGEMAKER_SDK)/bin/python -m pip install --quiet --upgrade pip
-	$(SAGEMAKER_SDK)/bin/python -m pip install --quiet sagemaker==$(SAGEMAKER_SDK_VERSION) -e . pytest pytest-timeout
+	$(EDITABLE_INSTALL) $(SAGEMAKER_SDK)/bin/python -m pip install --quiet sagemaker==$(SAGEMAKER_SDK_VERSION) -e . pytest pytest-timeout
 	@rm -f $(SAGEMAKER_SDK)/.installed-* && touch $@
 
 # The image's Python: on PATH, else pyenv's (whose shim answers only for the selected version),
@@ -164,7 +170,9 @@ $(IMAGE_TORCH_STAMP): pyproject.toml constraints.txt
 	@$(IMAGE_TORCH)/bin/python -c 'import sys; v = "%d.%d" % sys.version_info[:2]; v == "$(IMAGE_PYTHON_VERSION)" or print(f"note: no Python $(IMAGE_PYTHON_VERSION) here (the image has it): trainer tests under {v}")'
 	$(IMAGE_TORCH)/bin/python -m pip install --quiet --upgrade pip
 	grep -v '^torch==' constraints.txt > $(IMAGE_TORCH)/constraints.txt
-	$(IMAGE_TORCH)/bin/python -m pip install --quiet -c $(IMAGE_TORCH)/constraints.txt \
+	@# torch first (the 6.4 GB download), then the project, taking its turn.
+	$(IMAGE_TORCH)/bin/python -m pip install --quiet -c $(IMAGE_TORCH)/constraints.txt torch==$(IMAGE_TORCH_VERSION)
+	$(EDITABLE_INSTALL) $(IMAGE_TORCH)/bin/python -m pip install --quiet -c $(IMAGE_TORCH)/constraints.txt \
 	  torch==$(IMAGE_TORCH_VERSION) -e '.[local,trainer,test]'
 	@touch $@
 
@@ -180,7 +188,7 @@ $(LAMBDA_ENV_STAMP): pyproject.toml constraints.txt
 	  test -x $(LAMBDA_ENV)/bin/python || $(LAMBDA_PYTHON) -m venv $(LAMBDA_ENV); \
 	  $(LAMBDA_ENV)/bin/python -m pip install --quiet --upgrade pip && \
 	  grep -v '^torch==' constraints.txt > $(LAMBDA_ENV)/constraints.txt && \
-	  $(LAMBDA_ENV)/bin/python -m pip install --quiet -c $(LAMBDA_ENV)/constraints.txt -e '.[local,test]' || exit 1; \
+	  $(EDITABLE_INSTALL) $(LAMBDA_ENV)/bin/python -m pip install --quiet -c $(LAMBDA_ENV)/constraints.txt -e '.[local,test]' || exit 1; \
 	fi
 	@touch $@
 
