@@ -12,7 +12,9 @@ import hashlib
 import boto3
 import pytest
 from moto import backends, mock_aws
+from moto.dynamodb.models import dynamodb_backends
 from moto.s3.models import s3_backends
+from moto.s3.utils import _VersionedKeyStore
 from moto.sqs.models import sqs_backends
 
 from retrain.local.endpoint import moto_fixes
@@ -103,3 +105,43 @@ def test_an_object_replaced_before_its_put_is_answered_keeps_its_etag_and_multip
         Bucket="race", Key="big", UploadId=upload, MultipartUpload={"Parts": [{"ETag": part, "PartNumber": 1}]}
     )
     assert s3.head_object(Bucket="race", Key="big")["ETag"].endswith('-1"')
+
+
+def test_a_bucket_listing_leaves_out_a_key_deleted_while_it_runs() -> None:
+    store = _VersionedKeyStore()
+    store["kept"] = "kept, v1"
+    store["kept"] = "kept, v2"
+    # What the listing took at its start still names a key another request has deleted since.
+    store._self_iterable = lambda: {"kept": None, "deleted": None}  # type: ignore[method-assign]
+
+    assert list(store.iterlists()) == [("kept", ["kept, v1", "kept, v2"])]
+    assert list(store.items()) == [("kept", "kept, v2")]
+    assert list(store.values()) == ["kept, v2"]
+
+
+@mock_aws
+def test_a_query_reads_the_table_as_it_was_when_another_request_adds_an_item() -> None:
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    dynamodb.create_table(
+        TableName="t",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for pk in ("a", "b"):
+        dynamodb.put_item(TableName="t", Item={"pk": {"S": pk}, "sk": {"S": "1"}})
+    table = dynamodb_backends[ACCOUNT][REGION].get_table("t")
+
+    class AddsAnItemWhenRead(dict):  # type: ignore[type-arg]
+        """One partition's items; reading them lets another request add a partition (a thread would)."""
+
+        def values(self):  # type: ignore[no-untyped-def,override]
+            table.items.setdefault("added meanwhile", {})
+            return super().values()
+
+    table.items = {pk: AddsAnItemWhenRead(items) for pk, items in table.items.items()}
+
+    assert [item.hash_key.value for item in table.all_items()] == ["a", "b"]

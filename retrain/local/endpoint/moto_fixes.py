@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Iterator
 from importlib import reload
 from types import ModuleType
 from typing import Any
 
 from moto import backends, settings
 from moto.core.utils import unix_time
+from moto.dynamodb.models.table import Table
 from moto.s3.models import FakeKey, S3Backend
+from moto.s3.utils import _VersionedKeyStore
 from moto.sqs.models import Message, Queue, SQSBackend
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
@@ -54,6 +57,13 @@ def apply() -> None:
         setattr(Queue, name, property(_count_unless_sending(getattr(Queue, name))))
     S3Backend._url_module = property(_s3_url_module)  # type: ignore[assignment,method-assign]
     FakeKey.value = FakeKey.value.setter(_set_value_and_etag)  # type: ignore[attr-defined,method-assign]
+    for name in ("items", "iteritems", "_iteritems"):
+        setattr(_VersionedKeyStore, name, _present_items)
+    for name in ("values", "itervalues", "_itervalues"):
+        setattr(_VersionedKeyStore, name, _present_values)
+    for name in ("lists", "iterlists", "_iterlists"):
+        setattr(_VersionedKeyStore, name, _present_lists)
+    Table.all_items = _all_items_of_a_snapshot  # type: ignore[method-assign]
     backends.list_of_moto_modules = functools.cache(_moto_modules)
     StepFunctionResponse.send_task_failure = _send_task_failure_with_its_cause  # type: ignore[method-assign]
     StepFunctionResponse.stop_execution = _stop_execution_with_its_error_and_cause  # type: ignore[method-assign]
@@ -75,6 +85,40 @@ def _set_value_and_etag(self: FakeKey, new_value: bytes) -> None:
     _set_value(self, new_value)
     if self._etag is None:
         _ = self.etag
+
+
+# moto 5.2.5's server answers requests on many threads, but its S3 and DynamoDB backends are
+# plain dicts. A listing (ListObjectVersions, ListObjects) walks a bucket's keys taken at its
+# start and then reads each, and a key deleted meanwhile (the intake deletes each upload after
+# curating it) made it fail with a 500: TypeError "'NoneType' object is not iterable", or a
+# KeyError. A DynamoDB Query or Scan walks the table's items while another request adds one:
+# RuntimeError "dictionary changed size during iteration". AWS answers both. A key gone since the
+# listing started is left out of it (as if listed a moment later); the table is read from a copy.
+def _present_lists(self: _VersionedKeyStore) -> Iterator[tuple[str, list[Any]]]:
+    for key in self._self_iterable():
+        versions = self.getlist(key)
+        if versions:
+            yield key, versions
+
+
+def _present_items(self: _VersionedKeyStore) -> Iterator[tuple[str, Any]]:
+    for key, versions in _present_lists(self):
+        yield key, versions[-1]
+
+
+def _present_values(self: _VersionedKeyStore) -> Iterator[Any]:
+    for _, latest in _present_items(self):
+        yield latest
+
+
+def _all_items_of_a_snapshot(self: Table) -> list[Any]:
+    items: list[Any] = []
+    for hash_set in list(self.items.values()):
+        if self.range_key_attr:
+            items.extend(list(hash_set.values()))
+        else:
+            items.append(hash_set)
+    return sorted(items, key=lambda x: (x.hash_key, x.range_key) if x.range_key else x.hash_key)
 
 
 def _retained(self: SQSBackend, queue_name: str, message: Message) -> bool:
