@@ -84,13 +84,13 @@ TEST_WORKERS ?= 2
 # worksteal: a worker that runs out takes queued tests from the other (a few scenarios take minutes)
 XDIST := -n $(TEST_WORKERS) --dist worksteal
 DURATIONS := --durations=20 --durations-min=5
-test: $(STAMP) tools $(IMAGE_TORCH_STAMP) $(LAMBDA_ENV_STAMP) ## Every test CI runs (set-up included; about 25 minutes on 2 cores)
+test: $(STAMP) tools $(IMAGE_TORCH_STAMP) $(LAMBDA_ENV_STAMP) ## Every test CI runs, each once (about 22 minutes on 2 cores, after the set-up)
 	$(BIN)/pytest $(XDIST) $(DURATIONS) --ignore=tests/trainer
 	$(MAKE) --no-print-directory test-trainer-image-torch test-lambda-python test-sdk-parity
 
 test-envs: $(STAMP) tools $(IMAGE_TORCH_STAMP) $(LAMBDA_ENV_STAMP) ## Create every environment make test uses, run nothing
 
-test-quick: $(STAMP) ## The tests not marked slow, under .venv alone (about 6 minutes): the edit-test loop
+test-quick: $(STAMP) ## The tests not marked slow, under .venv alone: the edit-test loop
 	$(BIN)/pytest $(XDIST) -m "not slow"
 
 # The parity tests import the SDK, so they run in its environment (the project's dependencies
@@ -183,7 +183,7 @@ LAMBDA_PYTHON ?= $(or $(shell python$(LAMBDA_PYTHON_VERSION) -c 'import sys; pri
 $(LAMBDA_ENV_STAMP): pyproject.toml constraints.txt
 	@mkdir -p $(LAMBDA_ENV) && rm -f $(LAMBDA_ENV)/.missing
 	@if [ -z "$(LAMBDA_PYTHON)" ]; then \
-	  echo "note: no Python $(LAMBDA_PYTHON_VERSION) here (pyenv install $(LAMBDA_PYTHON_VERSION), or your distribution's python$(LAMBDA_PYTHON_VERSION)): the functions' tests ran under .venv's Python only" > $(LAMBDA_ENV)/.missing; \
+	  echo "note: no Python $(LAMBDA_PYTHON_VERSION) here (pyenv install $(LAMBDA_PYTHON_VERSION), or your distribution's python$(LAMBDA_PYTHON_VERSION), then rm -r $(LAMBDA_ENV)): the functions' tests ran under .venv's Python only" > $(LAMBDA_ENV)/.missing; \
 	else \
 	  test -x $(LAMBDA_ENV)/bin/python || $(LAMBDA_PYTHON) -m venv $(LAMBDA_ENV); \
 	  $(LAMBDA_ENV)/bin/python -m pip install --quiet --upgrade pip && \
