@@ -80,6 +80,13 @@ def test_an_efficiency_at_which_gpus_cannot_help_is_refused(efficiency: float) -
         scaled_throughput(1.0, 8, efficiency)
 
 
+# The origin story's measurement, as a person types it: 8 GPUs, half the time waiting on the loader.
+ORIGIN_ARGS = [
+    *("--throughput", f"{ORIGIN.images_per_sec}", "--efficiency", "0.9", "--dataset-size", str(DATASET)),
+    *("--target-epoch-minutes", "6", "--stall-fraction", "0.5"),
+]
+
+
 def _cli() -> typer.Typer:
     app = typer.Typer()
     app.command()(advise_command.command)
@@ -87,21 +94,7 @@ def _cli() -> typer.Typer:
 
 
 def test_the_command_answers_with_and_without_the_loader_fix() -> None:
-    result = CliRunner().invoke(
-        _cli(),
-        [
-            "--throughput",
-            f"{ORIGIN.images_per_sec}",
-            "--efficiency",
-            "0.9",
-            "--dataset-size",
-            str(DATASET),
-            "--target-epoch-minutes",
-            "6",
-            "--stall-fraction",
-            "0.5",
-        ],
-    )
+    result = CliRunner().invoke(_cli(), ORIGIN_ARGS)
     assert result.exit_code == 0, result.output
     assert "as measured: 15 x ml.p4d.24xlarge (120 GPUs)" in result.output, result.output
     assert "loader fixed (2.00x: no stall): 7 x ml.p4d.24xlarge (56 GPUs)" in result.output
@@ -206,22 +199,7 @@ def test_a_runs_metrics_file_gives_throughput_gpus_stall_and_size(tmp_path: Path
 
 
 def test_the_command_answers_in_json_with_the_plans_and_both_verdicts() -> None:
-    result = CliRunner().invoke(
-        _cli(),
-        [
-            "--throughput",
-            f"{ORIGIN.images_per_sec}",
-            "--efficiency",
-            "0.9",
-            "--dataset-size",
-            str(DATASET),
-            "--target-epoch-minutes",
-            "6",
-            "--stall-fraction",
-            "0.5",
-            "--json",
-        ],
-    )
+    result = CliRunner().invoke(_cli(), [*ORIGIN_ARGS, "--json"])
 
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
