@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from functions.common import prefixes
+from functions.common.requests import TriggerOutcome
 from functions.common.taxonomy import DEFAULT_TAXONOMY
 from functions.data.ledger import Ledger
 from functions.data.storage import DataBucket
@@ -171,13 +172,7 @@ def start(stack: StackOption = None, region: RegionOption = None, as_json: JsonO
     with _talking_to(target):
         function = target.output("TriggerFunctionName")
         outcome = start_now(target.client("lambda"), function, _who(target))
-    if as_json:
-        typer.echo(outcome.model_dump_json(indent=2, exclude={"released"}))
-    if outcome.started is None:
-        _fail(f"no run started: {outcome.reason}", 1)
-    if not as_json:
-        console.print(f"Started run [bold]{outcome.started}[/bold] ({outcome.reason}).", soft_wrap=True)
-        console.print(f"Follow it with: retrain runs show {outcome.started}", soft_wrap=True)
+    _say_started(outcome, "no run started", as_json)
 
 
 @app.command()
@@ -198,14 +193,18 @@ def rerun(
             clock=lambda: datetime.now(UTC),
         )
         outcome = runs.rerun(run, trigger)
+    _say_started(outcome, "no rerun started", as_json)
+
+
+def _say_started(outcome: TriggerOutcome, refused: str, as_json: bool) -> None:
+    """The run started, or why none was (exit 1); under --json, `{"started", "reason"}` either way."""
     if as_json:
         typer.echo(outcome.model_dump_json(indent=2, exclude={"released"}))
     if outcome.started is None:
-        _fail(f"no rerun started: {outcome.reason}", 1)
-    if as_json:
-        return
-    console.print(f"Started run [bold]{outcome.started}[/bold] ({outcome.reason}).", soft_wrap=True)
-    console.print(f"Follow it with: retrain runs show {outcome.started}", soft_wrap=True)
+        _fail(f"{refused}: {outcome.reason}", 1)
+    if not as_json:
+        console.print(f"Started run [bold]{outcome.started}[/bold] ({outcome.reason}).", soft_wrap=True)
+        console.print(f"Follow it with: retrain runs show {outcome.started}", soft_wrap=True)
 
 
 @app.command()
