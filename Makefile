@@ -240,7 +240,13 @@ SAMCONFIG_GET = $(BIN)/python -c 'import sys, tomllib; config = tomllib.load(ope
 # the guided deploy asks and saves the answers there. --no-fail-on-empty-changeset: a deploy that
 # changes nothing (only trainer/ changed) still releases the trainer. Every deploy ends with the
 # release (what make upload-trainer runs; idempotent, "already there"): without it runs fail.
+# Every role is named <stack>-<name> (IAM allows 64 characters), the longest suffix being
+# -trainer-release: a longer stack name would fail the deployment half-way (tests/unit/test_role_names.py).
+MAX_STACK_NAME := 48
 deploy: $(STAMP) ## Build, sam deploy (samconfig.toml, else --guided), then release the trainer (as make upload-trainer)
+	@stack=$$(test ! -f $(SAMCONFIG) || $(SAMCONFIG_GET) stack_name 2>/dev/null); \
+	test $${#stack} -le $(MAX_STACK_NAME) || \
+	  { echo "make deploy: stack name $$stack has $${#stack} characters; at most $(MAX_STACK_NAME) leave room for its role names (<stack>-trainer-release): nothing built or deployed"; exit 2; }
 	@profile=$$(test ! -f $(SAMCONFIG) || $(SAMCONFIG_GET) profile 2>/dev/null) || \
 	  { echo "make deploy: cannot read $(SAMCONFIG): $$($(SAMCONFIG_GET) profile 2>&1 | tail -1): nothing built or deployed"; exit 2; }; \
 	$(BIN)/python -c 'import boto3, sys; sys.exit(boto3.Session(profile_name=sys.argv[1] or None).get_credentials() is None)' "$$profile" 2>/dev/null || \

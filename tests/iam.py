@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import functools
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -94,17 +95,38 @@ def principal_policies(body: Mapping[str, Any], logical_id: str) -> tuple[list[d
                 statements += entry["Statement"]
             else:
                 others.append(str(entry)[:80])
-        if "Role" in props:
-            others.append("Role")
+        role = own_role(body, logical_id)
+        if role is not None:
+            role_statements, role_others = principal_policies(body, role)
+            statements += role_statements
+            others += role_others
     elif kind == "AWS::IAM::Role":
         for policy in props.get("Policies", []):
-            statements += policy["PolicyDocument"]["Statement"]
+            # A function's logs, traces and event source polling, checked on their own
+            # (test_every_function_role_has_only_its_lambda_basics).
+            if policy["PolicyName"] != LAMBDA_BASICS:
+                statements += policy["PolicyDocument"]["Statement"]
         others += [str(arn) for arn in props.get("ManagedPolicyArns", [])]
     elif kind == "AWS::IAM::ManagedPolicy":
         statements += props["PolicyDocument"]["Statement"]
     else:
         raise AssertionError(f"{logical_id} is a {kind}, which holds no policies")
     return statements, others
+
+
+LAMBDA_BASICS = "lambda-basics"
+
+
+def own_role(body: Mapping[str, Any], logical_id: str) -> str | None:
+    """The logical id of the role a function or state machine of the template runs as (every one
+    names its own, `Role: !GetAtt <id>.Arn`), or None when SAM would make one."""
+    role = body["Resources"][logical_id].get("Properties", {}).get("Role")
+    if role is None:
+        return None
+    assert isinstance(role, dict) and "Fn::GetAtt" in role, f"{logical_id}: Role is not the template's: {role}"
+    role_id, attribute = role["Fn::GetAtt"]
+    assert attribute == "Arn" and body["Resources"][role_id]["Type"] == "AWS::IAM::Role", role
+    return str(role_id)
 
 
 def statements_of(body: Mapping[str, Any], logical_id: str, resolver: Resolver) -> list[Statement]:
@@ -232,6 +254,12 @@ def fake_resolver(body: Mapping[str, Any], **parameters: str) -> Resolver:
     )
     for logical_id, resource in body["Resources"].items():
         resolver.created[logical_id] = _fake(logical_id, resource["Type"])
+        name = resource.get("Properties", {}).get("RoleName")
+        if resource["Type"] == "AWS::IAM::Role" and name is not None:
+            role = str(resolver.resolve(copy.deepcopy(name)))
+            resolver.created[logical_id] = Created(
+                ref=role, attributes=_Attributes(logical_id, {"Arn": f"arn:aws:iam::{ACCOUNT}:role/{role}"})
+            )
     return resolver
 
 
@@ -415,9 +443,10 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
     values = [str(v) for v in present] if isinstance(present, list) else [str(present)]
 
     def one(value: str) -> bool:
-        if base in {"StringEquals", "ArnEquals"}:
+        if base == "StringEquals":
             return value in wanted
-        if base in {"StringLike", "ArnLike"}:
+        # IAM's ArnEquals takes wildcards as ArnLike does: only a value without one is exact.
+        if base in {"StringLike", "ArnLike", "ArnEquals"}:
             return any(matches(w, value) for w in wanted)
         if base == "Bool":
             return value.lower() in {w.lower() for w in wanted}
@@ -516,8 +545,12 @@ def denied_by(policy: Iterable[ResourceStatement], principal: str, need: Need) -
     )
 
 
-def role_arn(logical_id: str, kind: str) -> str:
-    """The ARN CloudFormation gives a role of this stack: SAM's <Function>Role for a function,
-    the role itself otherwise, with CloudFormation's random suffix."""
-    name = f"{logical_id}Role" if kind == "AWS::Serverless::Function" else logical_id
-    return f"arn:aws:iam::{ACCOUNT}:role/{STACK}-{name}-1A2B3C4D5E6F"
+@functools.cache
+def role_arn(logical_id: str) -> str:
+    """The ARN of the role a function, state machine or role of the template acts as, deployed as
+    `retrain-test`: the role's RoleName, which every role of the template gives."""
+    body = template().body
+    role = own_role(body, logical_id) or logical_id
+    props = body["Resources"][role]["Properties"]
+    assert "RoleName" in props, f"{role} has no RoleName: CloudFormation would make up its name"
+    return str(fake_resolver(body).resolve({"Fn::GetAtt": [role, "Arn"]}))

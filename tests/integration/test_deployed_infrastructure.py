@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from retrain.local.cloudformation.stack import ACCOUNT_ID, OfflineStack, StackOptions
 from retrain.local.cloudformation.template import TemplateError
 
 QUIET = {"poll": False, "tick": False, "upload_trainer": False, "slack": False}
@@ -90,7 +90,8 @@ def test_only_notify_function_may_read_the_slack_webhook_says_the_secrets_policy
 
     (statement,) = policy["Statement"]
     assert (statement["Effect"], statement["Action"]) == ("Deny", "secretsmanager:GetSecretValue")
-    assert statement["Condition"]["ArnNotLike"]["aws:PrincipalArn"].endswith(":role/retrain-local-NotifyFunctionRole-*")
+    notify_role = f"arn:aws:iam::{ACCOUNT_ID}:role/retrain-local-notify"
+    assert statement["Condition"]["ArnNotEquals"]["aws:PrincipalArn"] == notify_role
 
 
 def test_private_subnets_reach_s3_through_a_gateway_endpoint(deployed: OfflineStack) -> None:

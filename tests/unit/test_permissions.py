@@ -35,8 +35,10 @@ def test_every_function_and_role_is_granted_exactly_what_it_declares(body: dict[
 
 
 def test_every_principal_with_policies_in_the_template_has_a_declaration(body: dict[str, Any]) -> None:
+    # A function's or state machine's own role is declared as the function.
+    own_roles = {iam.own_role(body, logical_id): logical_id for logical_id in body["Resources"]}
     holders = {
-        logical_id
+        own_roles.get(logical_id, logical_id)
         for logical_id, resource in body["Resources"].items()
         if resource["Type"] in {"AWS::IAM::Role", "AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"}
         or (resource["Type"].startswith("AWS::Serverless::") and "Policies" in resource.get("Properties", {}))
@@ -96,9 +98,11 @@ def test_wildcard_resources_are_only_where_aws_allows_no_other(body: dict[str, A
 
 # ---------------------------------------------------------- broken copies --
 def _statements(body: dict[str, Any], logical_id: str) -> list[dict[str, Any]]:
-    for entry in body["Resources"][logical_id]["Properties"]["Policies"]:
-        if "Statement" in entry:
-            statements: list[dict[str, Any]] = entry["Statement"]
+    """The statements of a function's least-privilege policy, on its own role."""
+    role = iam.own_role(body, logical_id) or logical_id
+    for entry in body["Resources"][role]["Properties"]["Policies"]:
+        if entry["PolicyName"] != iam.LAMBDA_BASICS:
+            statements: list[dict[str, Any]] = entry["PolicyDocument"]["Statement"]
             return statements
     raise AssertionError(f"{logical_id} has no Statement")
 
@@ -149,9 +153,9 @@ def test_a_copy_that_drops_a_condition_fails_the_check(body: dict[str, Any]) -> 
 
 def test_a_sam_policy_template_is_refused(body: dict[str, Any]) -> None:
     broken = copy.deepcopy(body)
-    broken["Resources"]["TriggerFunction"]["Properties"]["Policies"].append(
+    broken["Resources"]["TriggerFunction"]["Properties"]["Policies"] = [
         {"S3CrudPolicy": {"BucketName": {"Ref": "DataBucket"}}}
-    )
+    ]
 
     with pytest.raises(AssertionError, match="grants outside explicit statements"):
         iam.check_template(broken, iam.fake_resolver(broken))
@@ -301,7 +305,7 @@ def test_only_the_release_role_may_write_or_delete_the_trainer_whatever_s3_right
     release_role = resolver.resolve({"Fn::GetAtt": ["TrainerReleaseRole", "Arn"]})
     others = {
         "the training role (runs the code)": iam.placeholders(body, resolver)["training_role"],
-        "a function's role": f"arn:aws:iam::{iam.ACCOUNT}:role/{iam.STACK}-IntakeFunctionRole-AbC",
+        "a function's role": iam.role_arn("IntakeFunction"),
         "an engineer with s3:* on the bucket": f"arn:aws:iam::{iam.ACCOUNT}:role/ml-engineer",
         "another account's role": "arn:aws:iam::444455556666:role/admin",
         "an anonymous caller": None,
@@ -312,7 +316,7 @@ def test_only_the_release_role_may_write_or_delete_the_trainer_whatever_s3_right
     assert not iam.denied(denials, _code_write(resolver, action, release_role, key)), "the release path is denied"
     # Nothing else: the training role still reads the code, and writes its output elsewhere (as
     # the role CloudFormation names, which the data-protection statements recognise).
-    training_role = iam.role_arn("TrainingRole", "AWS::IAM::Role")
+    training_role = iam.role_arn("TrainingRole")
     assert not iam.denied(denials, _code_write(resolver, "s3:GetObject", training_role, key))
     assert not iam.denied(denials, _code_write(resolver, action, training_role, "training/job/output/model.tar.gz"))
 
@@ -324,7 +328,7 @@ def test_only_the_release_role_may_write_or_delete_the_trainer_whatever_s3_right
         (
             "arn:aws:iam::111122223333:role/ml-release,arn:aws:iam::111122223333:role/ci-*",
             {
-                "ArnLike": {
+                "ArnEquals": {
                     "aws:PrincipalArn": [
                         "arn:aws:iam::111122223333:role/ml-release",
                         "arn:aws:iam::111122223333:role/ci-*",
@@ -352,12 +356,9 @@ EVIDENCE_SIDS = ("OnlyTheEvaluationWritesRunEvidence", "EvidenceIsWrittenOnce", 
 
 def _principal_arn(body: dict[str, Any], logical_id: str) -> str:
     """Who a principal's requests come from, as `aws:PrincipalArn` names it on AWS."""
-    kind = body["Resources"][logical_id]["Type"]
-    if kind.startswith("AWS::Serverless::"):  # SAM names the role it makes `<stack>-<id>Role-<suffix>`
-        return f"arn:aws:iam::{iam.ACCOUNT}:role/{iam.STACK}-{logical_id}Role-AbCdEf012345"
-    if kind == "AWS::IAM::ManagedPolicy":  # attached to the annotation teams' users
+    if body["Resources"][logical_id]["Type"] == "AWS::IAM::ManagedPolicy":  # the annotation teams' users
         return f"arn:aws:iam::{iam.ACCOUNT}:user/annotator"
-    return str(iam.fake_resolver(body).resolve({"Fn::GetAtt": [logical_id, "Arn"]}))
+    return iam.role_arn(logical_id)
 
 
 def _as(body: dict[str, Any], logical_id: str, action: str, key: str, **context: Any) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from retrain.local.cloudformation.template import load_template
+from tests.unit.test_role_names import MAX_STACK_NAME_LENGTH
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "samconfig.toml.example"
@@ -80,8 +81,8 @@ def test_what_sam_and_make_deploy_read() -> None:
     config = example()
     assert config["version"] == 0.1
     deploy = config["default"]["deploy"]["parameters"]
-    # No RoleName or ManagedPolicyName in the template: CAPABILITY_IAM, not NAMED_IAM.
-    assert deploy["capabilities"] == "CAPABILITY_IAM"
+    # Every role is named (resource policies name them exactly): CAPABILITY_NAMED_IAM.
+    assert deploy["capabilities"] == "CAPABILITY_NAMED_IAM"
     assert deploy["resolve_s3"] is True
     assert isinstance(deploy["confirm_changeset"], bool)
     # `make deploy` reads the stack name (and region) from here to release the trainer afterwards.
@@ -91,13 +92,16 @@ def test_what_sam_and_make_deploy_read() -> None:
     assert config["default"]["build"]["parameters"]["build_in_source"] is True
 
 
-def test_named_iam_resources_would_need_another_capability() -> None:
-    resources = load_template(ROOT / "template.yaml").resources
-    named = {
-        logical_id
-        for logical_id, resource in resources.items()
-        if resource["Type"].startswith("AWS::IAM::")
-        and {"RoleName", "ManagedPolicyName", "UserName", "GroupName", "InstanceProfileName"}
-        & set(resource.get("Properties", {}))
-    }
-    assert named == set(), f"these name IAM resources: samconfig.toml.example needs CAPABILITY_NAMED_IAM: {named}"
+def test_the_example_names_the_operators_and_a_stack_name_the_role_names_fit() -> None:
+    """The template refuses empty operator lists (rule OperatorsAreNamed) and names every role
+    `<stack>-<name>`: the example's stack name must leave room for the longest."""
+    settings = deploy_overrides()
+    for name in ("TrainerReleasers", "ErasureOperatorArns", "KeyAdministratorArns"):
+        assert settings.get(name) or settings.get("OpenOperatorAccess") == "true", name
+    stack = example()["default"]["global"]["parameters"]["stack_name"]
+    assert len(stack) <= MAX_STACK_NAME_LENGTH
+
+
+def test_make_deploy_refuses_the_stack_names_cloudformation_would_fail_on() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert f"MAX_STACK_NAME := {MAX_STACK_NAME_LENGTH}" in makefile

@@ -60,6 +60,10 @@ FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "te
 # created against them as on AWS.
 NETWORK_PARAMETERS = ("TrainingVpcId", "TrainingSubnetIds", "PrivateRouteTableIds", "S3PrefixListId")
 LIST_TYPES = ("List<", "CommaDelimitedList")
+# Who operates the stack (releases the trainer, erases data, administers the key): a deployment
+# must name them (the template's OperatorsAreNamed rule). Offline, the one operator is whoever
+# calls the emulator: the caller's own ARN, as a deployer would name their own role.
+OPERATOR_PARAMETERS = ("TrainerReleasers", "ErasureOperatorArns", "KeyAdministratorArns")
 # What `retrain local up` and the demo train with, over the template's defaults (a GPU instance,
 # the full-width model, 1024x512 crops, 100 epochs): a job here is torchrun on this machine's
 # CPU, on small images, so one emulated CPU host, a narrow model, small crops, a few epochs and
@@ -187,8 +191,11 @@ class OfflineStack:
             aws = StackClients.create(region=options.region, endpoint_url=self.endpoint_url)
             # Before the emulators that emit: its rules come with the functions, further down.
             eventbridge = self._make_eventbridge()
-            network = _offline_network(aws, template.parameters, options.parameters)
-            parameters = _parameters(template.parameters, {**network, **options.parameters})
+            offline = {
+                **_offline_network(aws, template.parameters, options.parameters),
+                **_offline_operators(aws, template.parameters, options.parameters),
+            }
+            parameters = _parameters(template.parameters, {**offline, **options.parameters})
             workdir = self._make_workdir()
             # Before the resources: the template's FSx file system is created by the emulator.
             self.fsx = FsxEmulator(s3=aws.s3, workdir=workdir / "fsx", region=options.region, account_id=ACCOUNT_ID)
@@ -550,6 +557,17 @@ def _offline_network(
         )["PrefixLists"]
         network["S3PrefixListId"] = s3_prefix_list["PrefixListId"]
     return {name: network[name] for name in wanted}
+
+
+def _offline_operators(
+    aws: StackClients, declared: dict[str, dict[str, Any]], overrides: dict[str, str]
+) -> dict[str, str]:
+    """The caller's ARN for each operator list not given (unless OpenOperatorAccess is asked for)."""
+    wanted = [name for name in OPERATOR_PARAMETERS if name in declared and name not in overrides]
+    if not wanted or overrides.get("OpenOperatorAccess") == "true":
+        return {}
+    caller = aws.sts.get_caller_identity()["Arn"]
+    return dict.fromkeys(wanted, caller)
 
 
 def _parameters(declared: dict[str, dict[str, Any]], overrides: dict[str, str]) -> dict[str, str]:

@@ -36,10 +36,11 @@ class StackClients:
     sagemaker: SageMakerClient
     # PutEvents reaches the stack's event bus (moto keeps the rules but calls no Lambda target).
     events: EventBridgeClient
-    # Untyped: the project installs no stubs for these three, used only to create resources.
+    # Untyped: the project installs no stubs for these, used only to create resources.
     kms: Any
     ec2: Any
     cloudwatch: Any
+    sts: Any
 
     @classmethod
     def create(cls, *, region: str, endpoint_url: str | None) -> StackClients:
@@ -62,4 +63,5 @@ class StackClients:
             kms=client("kms"),
             ec2=client("ec2"),
             cloudwatch=client("cloudwatch"),
+            sts=client("sts"),
         )
