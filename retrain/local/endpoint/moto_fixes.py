@@ -20,7 +20,9 @@ from moto.s3.utils import _VersionedKeyStore
 from moto.sqs.models import Message, Queue, SQSBackend
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
+from moto.stepfunctions.parser.api import ExecutionStatus
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.parser.backend.execution import Execution as EngineExecution
 from moto.stepfunctions.responses import StepFunctionResponse
 
 _applied = False
@@ -216,7 +218,12 @@ def _set_stop_and_wake_the_waiting_tasks(
 
 def _stop_execution_with_its_error_and_cause(self: StepFunctionResponse) -> Any:
     """moto 5.2.5's StopExecution drops the request's `error` and `cause` (it stops with empty
-    ones); AWS keeps them on the execution, and RunEndedFunction quotes the cause to the team."""
+    ones); AWS keeps them on the execution, and RunEndedFunction quotes the cause to the team.
+
+    And moto's engine says ABORTED only once the execution's program has ended, after the task it
+    runs returns: until then DescribeExecution says RUNNING. AWS says ABORTED at once, while a
+    Lambda function the execution was waiting for may still be running (and may ask: "Start
+    training" does, to stop the job it has just created)."""
     from moto.core.responses import ActionResult  # noqa: PLC0415
     from moto.core.utils import utcnow  # noqa: PLC0415
     from moto.stepfunctions.exceptions import ExecutionDoesNotExist  # noqa: PLC0415
@@ -228,7 +235,12 @@ def _stop_execution_with_its_error_and_cause(self: StepFunctionResponse) -> Any:
     execution = next((x for x in machine.executions if x.execution_arn == arn), None)
     if execution is None:
         raise ExecutionDoesNotExist("Execution Does Not Exist: '" + arn + "'")
-    execution.stop(stop_date=utcnow(), error=self._get_param("error"), cause=self._get_param("cause"))
+    stopped_at, error, cause = utcnow(), self._get_param("error"), self._get_param("cause")
+    execution.stop(stop_date=stopped_at, error=error, cause=cause)
+    if isinstance(execution, EngineExecution) and execution.exec_status == ExecutionStatus.RUNNING:
+        # The engine's own reflection of the stop, when the program ends, says the same.
+        execution.exec_status, execution.stop_date = ExecutionStatus.ABORTED, stopped_at
+        execution.error, execution.cause = error or None, cause or None
     return ActionResult({"stopDate": execution.stop_date})
 
 

@@ -1,8 +1,9 @@
 """SageMaker training jobs for the offline stack: the real trainer, under torchrun, on this machine.
 
-`TrainingEmulator` serves CreateTrainingJob, DescribeTrainingJob and StopTrainingJob through the
-`EmulatorRegistry` (so requests and answers are checked against botocore's model). Each job runs
-in a thread of its own that plays what SageMaker does, in its order and with its names:
+`TrainingEmulator` serves CreateTrainingJob, DescribeTrainingJob, StopTrainingJob, ListTrainingJobs
+and a training job's ListTags through the `EmulatorRegistry` (so requests and answers are checked
+against botocore's model). Each job runs in a thread of its own that plays what SageMaker does, in
+its order and with its names:
 
 - `container.py`: the container contract (`/opt/ml` per host, `SM_*`, the launcher);
 - `storage.py`: S3 downloads and uploads, CloudWatch Logs;
@@ -111,6 +112,7 @@ class TrainingEmulator:
         registry.register("sagemaker", "DescribeTrainingJob", self.describe_training_job)
         registry.register("sagemaker", "StopTrainingJob", self.stop_training_job)
         registry.register("sagemaker", "ListTrainingJobs", self.list_training_jobs)
+        registry.register("sagemaker", "ListTags", self.list_tags)
 
     # ------------------------------------------------------------ fault injection --
     def throttle(self, operation: str, times: int) -> None:
@@ -126,6 +128,14 @@ class TrainingEmulator:
         with self._lock:
             self._describe_failure = EmulatedServiceError(code, message, status)
             self._describe_failures_left = times
+
+    def occupy_cores(self) -> Callable[[], None]:
+        """Take every core, as other work on this machine would: a job created now waits for
+        them, InProgress ("Starting", waiting for cores) and running nothing, until it is stopped
+        or the returned function gives the cores back."""
+        pool = self._settings.pool
+        pool.acquire(pool.size, cancelled=threading.Event(), on_wait=lambda: None)  # waits for running jobs
+        return lambda: pool.release(pool.size)
 
     def _faults(self, operation: str) -> None:
         with self._lock:
@@ -220,6 +230,14 @@ class TrainingEmulator:
             key=lambda item: item["CreationTime"], reverse=params.get("SortOrder", "Descending") == "Descending"
         )
         return {"TrainingJobSummaries": summaries[: params.get("MaxResults", 100)]}
+
+    def list_tags(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The tags a job was created with (only training jobs live here); one page."""
+        arn: str = params["ResourceArn"]
+        runner = self._find(arn.rpartition(":training-job/")[2]) if ":training-job/" in arn else None
+        if runner is None or runner.job.arn != arn:
+            raise EmulatedServiceError("ValidationException", NOT_FOUND)
+        return {"Tags": [dict(tag) for tag in runner.job.request.get("Tags", [])]}
 
     def describe_training_job(self, params: dict[str, Any]) -> dict[str, Any]:
         self._faults("DescribeTrainingJob")
