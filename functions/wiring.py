@@ -153,15 +153,20 @@ def training_jobs(settings: TrainingJobSettings) -> TrainingJobs:
     from functions.training_job.run import TrainingJobs, job_config
 
     ledger = Ledger(clients.dynamodb(), settings.ledger_table)
-    return TrainingJobs(job_config(settings), clients.sagemaker(), clients.s3(), settings.data_bucket, ledger)
+    executions = Executions(clients.stepfunctions(), settings.state_machine_arn)
+    return TrainingJobs(
+        job_config(settings), clients.sagemaker(), clients.s3(), settings.data_bucket, ledger, executions
+    )
 
 
 def job_waits(settings: TrainingJobSettings) -> JobWaits:
+    from functions.training_job.orphans import OrphanJobs
     from functions.training_job.waiting import JobWaits
 
     jobs = training_jobs(settings)
-    assert jobs.ledger is not None
-    return JobWaits(jobs, jobs.ledger, clients.stepfunctions())
+    assert jobs.ledger is not None and jobs.executions is not None
+    orphans = OrphanJobs(jobs.sagemaker, jobs.executions, prefix=jobs.config.job_name_prefix)
+    return JobWaits(jobs, jobs.ledger, clients.stepfunctions(), orphans)
 
 
 def run_ended(settings: RunEndedSettings) -> RunEnded:

@@ -248,7 +248,24 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"),
             ("{jobs}",),
-            "follows the job; stops it when the run fails or it overruns",
+            "follows the job; stops it when the run fails or it overruns, or once its run has ended",
+        ),
+        Grant(
+            ("sagemaker:ListTags",),
+            ("{jobs}",),
+            "the safety poll reads which run an InProgress job belongs to (its retrain:execution tag)",
+        ),
+        Grant(
+            ("sagemaker:ListTrainingJobs",),
+            ("*",),
+            "the safety poll lists the InProgress jobs of this stack's name prefix; the action has no "
+            "resource-level permissions",
+        ),
+        Grant(
+            ("states:DescribeExecution",),
+            ("{executions}",),
+            "whether a job's run still runs: after 'Start training' created the job (a run stopped meanwhile has it "
+            "stopped), and in the safety poll (a job whose run ended is stopped)",
         ),
         Grant(
             ("iam:PassRole",),

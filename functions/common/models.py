@@ -170,6 +170,9 @@ class JobState(BaseModel):
     # Task with no timeout waits forever on AWS, and 60 s in moto's engine: set it always.
     wait_timeout_seconds: int = Field(default=30 * 86400, ge=1)
     already_existed: bool = False
+    # Set by "Start training" when its execution had ended (ABORTED, TIMED_OUT, ...) by the time
+    # the job existed: the job was stopped then (`functions/training_job/orphans.py`).
+    run_ended: str | None = None
 
 
 class RunFailure(BaseModel):

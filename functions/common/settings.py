@@ -94,6 +94,9 @@ class TrainingJobSettings(LedgerSettings):
 
     # Merged over TRAINING_JOB_HYPERPARAMETERS: the template's free-form JSON of trainer flags.
     training_extra_hyperparameters: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    # The runs' executions: a job whose run is no longer RUNNING is stopped
+    # (`functions/training_job/orphans.py`).
+    state_machine_arn: str = Field(min_length=20)
 
 
 class RunEndedSettings(LedgerSettings):

@@ -55,8 +55,12 @@ class Executions:
 
     def status(self, name: str) -> str | None:
         """The execution's status, or None when there is no such execution (yet)."""
+        return self.status_at(execution_arn(self.state_machine_arn, name))
+
+    def status_at(self, arn: str) -> str | None:
+        """The status of the execution with this ARN, or None when there is no such execution."""
         try:
-            return self.sfn.describe_execution(executionArn=execution_arn(self.state_machine_arn, name))["status"]
+            return self.sfn.describe_execution(executionArn=arn)["status"]
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
                 return None

@@ -7,6 +7,7 @@ find a job even when the state that created it never returned.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -24,6 +25,7 @@ from functions.common.models import JobState, RunContext, RunState, TrainerCode
 from functions.common.polling import cap_for, next_wait
 from functions.common.requests import CheckTraining, StartTraining, StopTraining
 from functions.common.trainer_code import verify_trainer_code
+from functions.data.run_lock import execution_arn
 from functions.training_job.builder import (
     TrainingRun,
     build_training_job_request,
@@ -31,6 +33,7 @@ from functions.training_job.builder import (
     training_job_name,
 )
 from functions.training_job.config import JobConfig, load_job_config, parse_job_config
+from functions.training_job.orphans import ENDED, stop_job
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -38,6 +41,9 @@ if TYPE_CHECKING:
 
     from functions.common.settings import TrainingJobSettings
     from functions.data.ledger import Ledger
+    from functions.data.run_lock import Executions
+
+log = logging.getLogger(__name__)
 
 # After MaxRuntime (and a spot job's MaxWait) SageMaker stops the job itself; this much later we
 # stop waiting for it to say so.
@@ -80,6 +86,9 @@ class TrainingJobs:
     bucket: str
     # Where each run's job name is kept (`Ledger.record_run_job`); None in tests of the job alone.
     ledger: Ledger | None = None
+    # The runs' executions, asked whether a run ended while its job was created; None in tests of
+    # the job alone.
+    executions: Executions | None = None
 
     def handle(self, request: StartTraining | CheckTraining | StopTraining) -> JobState | StopOutcome:
         """What the state asks for: start the run's job, look at it, or stop it after a failure."""
@@ -92,9 +101,12 @@ class TrainingJobs:
                 return self.stop_if_started(request.state)
 
     def start(self, run: RunContext) -> JobState:
-        recorded = self._recorded_job(run)
-        if recorded is not None:
-            return recorded
+        job = self._recorded_job(run)
+        if job is None:
+            job = self._create(run)
+        return self._stopped_if_run_ended(run, job)
+
+    def _create(self, run: RunContext) -> JobState:
         config, training_run = self._job_for_run(run)
         request = build_training_job_request(config, training_run)
         # Last look before SageMaker runs the archive as the training role: the bytes the run
@@ -114,6 +126,26 @@ class TrainingJobs:
             already_existed=started.already_existed,
             wait_timeout_seconds=wait_timeout_seconds(request.get("StoppingCondition", {})),
         )
+
+    def _stopped_if_run_ended(self, run: RunContext, job: JobState) -> JobState:
+        """The job, stopped if this run's execution ended while the job was being created: whoever
+        ended the run (RunEnded, a cancel) may have looked before the job existed."""
+        if self.executions is None or not (run.execution_arn or run.run):
+            return job
+        arn = run.execution_arn or execution_arn(self.executions.state_machine_arn, run.run)
+        # None (no such execution: a test calling this function directly) is left to the sweep.
+        status = self.executions.status_at(arn)
+        if status not in ENDED:
+            return job
+        stopped = job.status == "InProgress" and stop_job(self.sagemaker, job.job_name)
+        log.warning(
+            "run %s ended (%s) while its training job %s was being created: %s",
+            run.run,
+            status,
+            job.job_name,
+            "stopped it" if stopped else f"the job was {job.status} already",
+        )
+        return job.model_copy(update={"status": "Stopping" if stopped else job.status, "run_ended": status})
 
     def check(self, job: JobState, *, run: RunContext, now: datetime | None = None) -> JobState:
         """The job as it is now; raises when it failed, was stopped, or is overdue."""

@@ -11,6 +11,7 @@ at once. From then on the job's end comes back by one of two ways, whichever is 
   of one whose event was lost, stops and fails one past its deadline, and sends a heartbeat for
   the others. The wait state's HeartbeatSeconds is a few sweeps long, so a safety poll that
   stopped working fails the run (and its failure branch stops the job) instead of hanging it.
+  Then it stops every job of this stack whose run is over (`orphans.OrphanJobs`).
 
 Answering is `settle`: the same look as the old polling loop's (`TrainingJobs.check`), whose
 JobState goes back with SendTaskSuccess, or whose named error goes back with SendTaskFailure (the
@@ -30,17 +31,19 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Literal
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from functions.common.errors import TrainingJobFailedError, TrainingJobOverdueError, TrainingJobStoppedError
 from functions.common.models import JobState, RunContext
 from functions.common.requests import AwaitTraining, JobStateChange, SweepWaits
 from functions.data.models import WaitingJob
+from functions.training_job.orphans import OrphanStop
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
     from functions.data.ledger import Ledger
+    from functions.training_job.orphans import OrphanJobs
     from functions.training_job.run import TrainingJobs
 
 log = logging.getLogger(__name__)
@@ -67,6 +70,8 @@ class WaitReport(BaseModel):
 
     settled: list[Settled]
     ignored: bool = False
+    # The safety poll's: jobs still InProgress whose run had ended, stopped.
+    orphans: list[OrphanStop] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -74,13 +79,17 @@ class JobWaits:
     jobs: TrainingJobs
     ledger: Ledger
     sfn: SFNClient
+    # The safety poll's second look; None in tests of the waits alone.
+    orphans: OrphanJobs | None = None
 
     def handle(self, request: AwaitTraining | SweepWaits | JobStateChange) -> WaitReport:
         match request:
             case AwaitTraining():
                 return WaitReport(settled=[self.await_job(request.run, request.job, request.token)])
             case SweepWaits():
-                return WaitReport(settled=self.sweep())
+                # The waits first: their heartbeats are sent whatever the orphans' look meets.
+                looked = self.sweep()
+                return WaitReport(settled=looked, orphans=self.orphans.sweep() if self.orphans is not None else [])
             case JobStateChange():
                 settled = self.on_event(request.job_name, request.status)
                 return WaitReport(settled=[settled] if settled else [], ignored=settled is None)

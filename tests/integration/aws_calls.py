@@ -260,6 +260,10 @@ def needs(call: Call, *, region: str, account: str, key_arn: str) -> list[Need]:
             return found
         if operation in {"DescribeTrainingJob", "StopTrainingJob"}:
             return [Need(f"sagemaker:{operation}", job.format(params["TrainingJobName"].lower()))]
+        if operation == "ListTrainingJobs":
+            return [Need("sagemaker:ListTrainingJobs", "*")]
+        if operation == "ListTags":
+            return [Need("sagemaker:ListTags", params["ResourceArn"])]
         if operation == "CreateModelPackage":
             return [Need("sagemaker:CreateModelPackage", call.parsed.get("ModelPackageArn", "(new)"))]
         if operation == "ListModelPackages":

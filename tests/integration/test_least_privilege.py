@@ -50,7 +50,7 @@ NOT_REACHED = {
         "TrainingJobFunction",
         "sagemaker:StopTrainingJob",
         "{jobs}",
-    ): "a run that fails or overruns after its job started",
+    ): "a run that fails, overruns or is stopped after its job started",
     ("TrainingJobFunction", "s3:ListBucket", "{bucket}"): "the run's trainer was deleted after it started (404)",
     ("EvaluateRunFunction", "sagemaker:DescribeModelPackage", "{model_packages}"): "a retry after registering",
     ("EvaluateRunFunction", "sagemaker:CreateModelPackage", "{model_package_group}"): (
@@ -70,6 +70,8 @@ NOT_REACHED = {
     # Trust is recorded from a screening's verdicts, and this run is the first: nothing judges it.
     ("EvaluateRunFunction", "dynamodb:PutItem", "{ledger}"): "a screened run's pair verdicts (trust#<batch>)",
     ("TrainingJobFunction", "dynamodb:Query", "{ledger}/index/state"): "the safety poll (its schedule is not played)",
+    ("TrainingJobFunction", "sagemaker:ListTrainingJobs", "*"): "the same: the safety poll's look for orphaned jobs",
+    ("TrainingJobFunction", "sagemaker:ListTags", "{jobs}"): "the same: which run an InProgress job belongs to",
     ("TrainingJobFunction", "states:SendTaskFailure", "*"): "a job that failed or was stopped",
     ("TrainingJobFunction", "states:SendTaskHeartbeat", "*"): "the safety poll, for a job still running",
     # RunEndedFunction acts after a console stop or a timeout only (tests/integration/test_run_ends.py).

@@ -10,7 +10,9 @@ real trainer, and EventBridge's delivery played by the offline stack (`stack.eve
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -19,7 +21,9 @@ import pytest
 from functions.data.ledger import Ledger
 from functions.notify.logic import Notifier
 from retrain.local.cloudformation.stack import OfflineStack, StackOptions
+from retrain.local.events.eventbridge import EXECUTION_STATUS_CHANGE, execution_status_detail
 from retrain.local.events.notifications import Misbehaviour
+from retrain.local.lambda_runtime.lambdas import Invocation
 from retrain.runs import CancelOutcome, Runs
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import drain, executions, wait_until
@@ -30,6 +34,7 @@ pytestmark = pytest.mark.slow(seconds=40)  # the longest test here, on 2 cores
 SAFETY_POLL = {"action": "sweep"}
 TRAINING_JOBS = "retrain-local-TrainingJobFunction"
 NOTIFY = "retrain-local-NotifyFunction"
+RUN_ENDED = "retrain-local-RunEndedFunction"
 
 
 @pytest.fixture
@@ -117,6 +122,61 @@ def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_t
     assert "Wait for the training job to end" in email["Message"], email["Message"]
     summary = read_json(stack, f"reports/failures/{run['name']}/summary.json")
     assert summary["outcome"] == "stopped"
+
+
+def test_a_run_stopped_while_start_training_creates_its_job_ends_with_the_job_stopped(stack: OfflineStack) -> None:
+    """Step Functions does not stop a Lambda function it waits for. The run is stopped, and
+    RunEndedFunction cleans up after it, while "Start training" is between recording the job's
+    name and creating the job: the clean-up finds no job to stop. "Start training" then finds its
+    run ended and stops the job it has just created."""
+    assert stack.training is not None
+    create = stack.training.create_training_job
+    cleaned_up: list[dict[str, Any]] = []
+    # Its one delivery is played below, at the moment it would come.
+    stack.eventbridge.lose(lambda event: event["source"] == "aws.states" and event["detail"]["status"] == "ABORTED")
+
+    def stopped_before_the_create(params: dict[str, Any]) -> dict[str, Any]:
+        (run,) = executions(stack)
+        sfn = stack.aws.stepfunctions
+        sfn.stop_execution(executionArn=run["executionArn"], cause="an operator stopped it")
+        # RunEndedFunction hears the end now, in this thread: the offline runtime runs one
+        # invocation at a time, and would otherwise run it only after "Start training" returned.
+        event = {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": EXECUTION_STATUS_CHANGE,
+            "source": "aws.states",
+            "account": stack.runtime.account_id,
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": stack.runtime.region,
+            "resources": [run["executionArn"]],
+            "detail": execution_status_detail(dict(sfn.describe_execution(executionArn=run["executionArn"]))),
+        }
+        cleaned_up.append(stack.runtime.invoke(RUN_ENDED, event).payload)
+        return create(params)
+
+    stack.emulators.register("sagemaker", "CreateTrainingJob", stopped_before_the_create)
+    drop_with_validation(stack, "munich-46", train=4, val=1)
+    run = running_run(stack)
+
+    ended = stack.wait_for_execution(run["executionArn"], timeout=120)
+
+    assert ended["status"] == "ABORTED", ended
+    # ABORTED at once, as on AWS: "Start training" is still running.
+    wait_until(lambda: starts(stack), timeout=120, message='"Start training" to return')
+    (job,) = job_names(stack)
+    (cleanup,) = cleaned_up
+    assert (cleanup["job_name"], cleanup["job_stopped"], cleanup["cleaned_up"]) == (job, False, True), (
+        "the run's end was cleaned up before its job existed"
+    )
+    wait_until(lambda: job_status(stack, job) == "Stopped", timeout=60, message="the job to stop")
+    started = starts(stack)[0]
+    assert not started.failed and (started.payload["job_name"], started.payload["run_ended"]) == (job, "ABORTED")
+
+
+def starts(stack: OfflineStack) -> list[Invocation]:
+    """TrainingJobFunction's invocations: "Start training" first (then the job's own events)."""
+    return [i for i in stack.runtime.invocations if i.function == TRAINING_JOBS]
 
 
 def cancel(stack: OfflineStack, run: str, job_timeout: float) -> CancelOutcome:
