@@ -18,9 +18,9 @@ from moto.dynamodb.models.table import Table
 from moto.s3.models import FakeKey, S3Backend
 from moto.s3.utils import _VersionedKeyStore
 from moto.sqs.models import Message, Queue, SQSBackend
+from moto.stepfunctions.parser.api import ExecutionStatus
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
-from moto.stepfunctions.parser.api import ExecutionStatus
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.parser.backend.execution import Execution as EngineExecution
 from moto.stepfunctions.responses import StepFunctionResponse
@@ -232,7 +232,8 @@ def _stop_execution_with_its_error_and_cause(self: StepFunctionResponse) -> Any:
     backend = self.stepfunction_backend
     backend._validate_execution_arn(arn)
     machine = backend._get_state_machine_for_execution(arn)
-    execution = next((x for x in machine.executions if x.execution_arn == arn), None)
+    # The engine's executions (the parser backend's) are kept in the same list, typed as moto's own.
+    execution: Any = next((x for x in machine.executions if x.execution_arn == arn), None)
     if execution is None:
         raise ExecutionDoesNotExist("Execution Does Not Exist: '" + arn + "'")
     stopped_at, error, cause = utcnow(), self._get_param("error"), self._get_param("cause")
