@@ -303,7 +303,10 @@ def placeholders(body: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
         "fsx_tasks": f"arn:aws:fsx:{region}:{account}:task/*",
         "training_role": att("TrainingRole", "Arn"),
         "report_reader_role": att("ReportReaderRole", "Arn"),
-        "ledger_backup_vault": att("LedgerBackupVault", "BackupVaultArn"),
+        # Only with LedgerBackupRetentionDays > 0: an offline stack without a plan has no vault.
+        "ledger_backup_vault": (
+            att("LedgerBackupVault", "BackupVaultArn") if "LedgerBackupVault" in resolver.created else ""
+        ),
         "lock": LOCK_PK,
     }
     for logical_id, placeholder in FUNCTION_PLACEHOLDERS.items():
