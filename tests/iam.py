@@ -5,8 +5,8 @@ Only what this stack's policies use is modelled: Allow and Deny statements (an e
 wins), `*` and `?` wildcards in actions and resources, policy variables
 (`${aws:PrincipalTag/...}`) in resources and condition values, and the condition operators
 StringEquals / StringLike / ArnEquals / ArnLike / Bool / Null, their negations (StringNotEquals /
-StringNotLike / ArnNotEquals / ArnNotLike: true when the key is absent) and their ForAllValues /
-ForAnyValue forms. Resource policies (the bucket's, the key's, the secret's, the endpoint's) are
+StringNotLike / ArnNotEquals / ArnNotLike: true when the key is absent), NumericLessThan and
+their ForAllValues / ForAnyValue forms. Resource policies (the bucket's, the key's, the secret's, the endpoint's) are
 read with their Effect and Principal: `allowed_by` and `denied_by` say whether one of their
 statements applies to a principal's request; `bucket_denials` and the Sid readers give the bucket
 policy's Deny statements to everyone as plain statements.
@@ -231,6 +231,8 @@ def _fake(logical_id: str, kind: str) -> Created:
         ),
         "AWS::Serverless::StateMachine": (prefix.format("states") + f"stateMachine:{STACK}-retrain", {}),
         "AWS::Logs::LogGroup": (name, {"Arn": prefix.format("logs") + f"log-group:{name}:*"}),
+        "AWS::Backup::BackupVault": (name, {"BackupVaultArn": prefix.format("backup") + f"backup-vault:{name}"}),
+        "AWS::Events::Rule": (name, {"Arn": prefix.format("events") + f"rule/{name}"}),
     }
     ref, attributes = known.get(kind, (name, {}))
     return Created(ref=ref, attributes=_Attributes(logical_id, {"Arn": f"arn:fake:{logical_id}", **attributes}))
@@ -301,6 +303,10 @@ def placeholders(body: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
         "fsx_tasks": f"arn:aws:fsx:{region}:{account}:task/*",
         "training_role": att("TrainingRole", "Arn"),
         "report_reader_role": att("ReportReaderRole", "Arn"),
+        # Only with LedgerBackupRetentionDays > 0: an offline stack without a plan has no vault.
+        "ledger_backup_vault": (
+            att("LedgerBackupVault", "BackupVaultArn") if "LedgerBackupVault" in resolver.created else ""
+        ),
         "lock": LOCK_PK,
     }
     for logical_id, placeholder in FUNCTION_PLACEHOLDERS.items():
@@ -450,6 +456,8 @@ def _condition_holds(operator: str, key: str, expected: Any, context: Mapping[st
             return any(matches(w, value) for w in wanted)
         if base == "Bool":
             return value.lower() in {w.lower() for w in wanted}
+        if base == "NumericLessThan":
+            return any(float(value) < float(w) for w in wanted)
         raise AssertionError(f"condition operator {operator} is not modelled")
 
     if quantifier == "ForAllValues":

@@ -22,6 +22,7 @@ Resources are written with placeholders, filled in from the template by the test
     {model_package_group} {model_packages}  the model package group, and its versions
     {file_system} {fsx_tasks}  the dataset's FSx file system, and data repository tasks
     {training_role} {report_reader_role}  the roles passed or assumed
+    {ledger_backup_vault} the AWS Backup vault of the ledger's copies (LedgerBackupRetentionDays)
     {pytorch_registry} {debugger_rules_registry}  AWS's registry accounts of the region's images
     {lock}                the run lock's partition key (LOCK_PK, functions/data/ledger_batches.py)
     {region} {account} {partition} {stack_name}
@@ -621,6 +622,30 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             ("cloudformation:DescribeStacks",),
             ("arn:{partition}:cloudformation:{region}:{account}:stack/{stack_name}/*",),
             "`--stack` finds the bucket, the ledger and the state machine in the stack's outputs",
+        ),
+    ),
+    # Only with LedgerBackupRetentionDays > 0; as AWS's AWSBackupServiceRolePolicyForBackup grants
+    # for DynamoDB, narrowed to the ledger and its vault.
+    "BackupRole": (
+        Grant(
+            (
+                "dynamodb:DescribeTable",
+                "dynamodb:CreateBackup",
+                "dynamodb:StartAwsBackupJob",
+                "dynamodb:ListTagsOfResource",
+            ),
+            ("{ledger}",),
+            "AWS Backup copies the ledger every day: a DynamoDB backup, or its own (with the table's tags)",
+        ),
+        Grant(
+            ("dynamodb:DescribeBackup", "dynamodb:DeleteBackup"),
+            ("{ledger}/backup/*",),
+            "the plan's lifecycle expires the copies it made as DynamoDB backups",
+        ),
+        Grant(
+            ("backup:DescribeBackupVault", "backup:CopyIntoBackupVault"),
+            ("{ledger_backup_vault}",),
+            "the copies go into the stack's own vault, nowhere else",
         ),
     ),
     "TrustOperatorRole": (

@@ -297,6 +297,11 @@ class ScreenedBatchSummary(BaseModel):
         return self.contradicted / self.judged if self.judged else None
 
 
+# How the pictures of the pairs to fix are made (the template's HeldPairPictures, the trainer's
+# --held-pair-pictures): blurred so no face or number plate can be read, as they are, or not at all.
+PictureMode = Literal["blur", "show", "omit"]
+
+
 class ScreeningSummary(BaseModel):
     """`metrics.json`'s `screening`; the details are in `screening.json` (trainer/screening/phase.py)."""
 
@@ -309,6 +314,8 @@ class ScreeningSummary(BaseModel):
     disputed: list[str] = Field(default_factory=list)
     left_out: int = Field(default=0, ge=0)
     batches: dict[str, ScreenedBatchSummary] = Field(default_factory=dict)
+    # Trainers before the switch pictured the pairs as they are.
+    pictures: PictureMode = "show"
 
 
 class MetricsFile(BaseModel):

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.common.contracts import pair_digest
+from functions.common.contracts import PictureMode, pair_digest
 from functions.validation import FileCheck, Reason, Role
 
 
@@ -163,6 +163,8 @@ class BatchTrust(BaseModel):
     pairs: dict[str, Trust] = Field(default_factory=dict)
     decisions: list[TrustDecision] = Field(default_factory=list)  # newest last, the last DECISIONS_KEPT
     to_fix: list[PairToFix] = Field(default_factory=list)
+    # How the relabel list's pictures were made (the last screening's HeldPairPictures).
+    pictures: PictureMode = "show"
 
     def of(self, digest: str) -> Trust | None:
         return self.pairs.get(digest)

@@ -4,7 +4,8 @@ for the annotation team. Written to reports/batches/<batch>/, outside the notifi
 Its trust part is per pair content (docs/screening.md, "Earning trust from the start"): how many of the batch's
 curated pairs are held, released, benchmark, trusted or new, the last decisions over them (a run's
 screening, or a named person), and the pairs the team should relabel, worst first, each with its
-picture beside the report (`fix/<n>.png`, copied there by the evaluation).
+picture beside the report (`fix/<n>.png`, copied there by the evaluation; blurred, or none, as the
+stack's HeldPairPictures says, and the list says which).
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ REPORT_JSON = "report.json"
 REPORT_MARKDOWN = "report.md"
 NEW = "new"  # a pair content without a verdict
 DECISIONS_SHOWN = 5
+# What the relabel list says of its pictures, by the stack's HeldPairPictures (show: nothing).
+PICTURE_NOTES = {
+    "blur": (
+        "The pictures are blurred so that no face or number plate can be read (the stack's HeldPairPictures): "
+        "the label and the model's prediction beside each are sharp; open the image itself from your batch."
+    ),
+    "omit": (
+        "No pictures: the images show faces and number plates, and this stack keeps them out of its reports "
+        "(HeldPairPictures omit). Open each image from your batch."
+    ),
+}
 
 
 class PairTrustCounts(BaseModel):
@@ -75,6 +87,7 @@ def trust_part(trust: BatchTrust | None, pairs: Iterable[PairRecord]) -> dict[st
         "pairs": counts.model_dump(),
         "decisions": [decision.model_dump(mode="json") for decision in decisions],
         "to_fix": [pair.model_dump(mode="json") for pair in trust.to_fix] if trust else [],
+        "pictures": trust.pictures if trust else "show",
     }
 
 
@@ -192,6 +205,8 @@ def _trust_markdown(batch: str, trust: dict[str, Any]) -> list[str]:
         for pair in to_fix:
             picture = f" ![{PurePosixPath(pair['image']).stem}]({pair['picture']})" if pair.get("picture") else ""
             lines.append(f"- `{pair['image']}`: {pair['why']} (label quality {pair['quality']:.2f}){picture}")
+        if trust.get("pictures") in PICTURE_NOTES:
+            lines += ["", PICTURE_NOTES[trust["pictures"]]]
         lines += [
             "",
             "What to do: upload corrected labels under the same batch "

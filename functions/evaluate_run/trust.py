@@ -19,7 +19,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions.common import prefixes
-from functions.common.contracts import pair_digest
+from functions.common.contracts import PictureMode, pair_digest
 from functions.data.ledger import Ledger
 from functions.data.models import BatchTrust, PairToFix, Trust, TrustDecision
 from functions.data.reports import write_report
@@ -79,8 +79,9 @@ class ScreeningFile(BaseModel):
     outvoted: list[str] = Field(default_factory=list)
     corroborated_by: list[str] = Field(default_factory=list)
     batches: dict[str, ScreenedBatch] = Field(default_factory=dict)
+    pictures: PictureMode = "show"  # trainers before HeldPairPictures pictured the pairs as they are
 
-    def pictures(self) -> set[str]:
+    def pictured(self) -> set[str]:
         return {p.picture for b in self.batches.values() for p in b.pairs if p.picture}
 
 
@@ -114,7 +115,8 @@ class TrustKeeper:
             )
             held = {p.digest for p in batch.pairs if p.verdict in HELD_VERDICTS}
             passed = {p.digest for p in batch.pairs if p.verdict == "passed"} if batch.independent else set()
-            written = self.ledger.update_trust(name, _apply(held, passed, decision, to_fix))
+            mode = screening.pictures if screening else "show"
+            written = self.ledger.update_trust(name, _apply(held, passed, decision, to_fix, mode))
             counts = written or BatchTrust(batch=name)
             if batch.held:
                 changes.held[name] = batch.reasons
@@ -154,7 +156,7 @@ class TrustKeeper:
 
 
 def _apply(
-    held: set[str], passed: set[str], decision: TrustDecision, to_fix: list[PairToFix]
+    held: set[str], passed: set[str], decision: TrustDecision, to_fix: list[PairToFix], pictures: PictureMode
 ) -> Callable[[BatchTrust], BatchTrust]:
     def change(current: BatchTrust) -> BatchTrust:
         pairs = dict(current.pairs)
@@ -166,6 +168,8 @@ def _apply(
             pairs.setdefault(digest, Trust.TRUSTED)
         # A retried evaluation replaces its own decision rather than adding it twice.
         decisions = [*(d for d in current.decisions if d.run != decision.run), decision]
-        return current.model_copy(update={"pairs": pairs, "decisions": decisions, "to_fix": to_fix})
+        return current.model_copy(
+            update={"pairs": pairs, "decisions": decisions, "to_fix": to_fix, "pictures": pictures}
+        )
 
     return change

@@ -35,7 +35,8 @@ def entries(summary: RunSummary, pictures: str | None) -> list[Entry]:
     """Every entry of the new-data part; `pictures` is the report's `#new-data` link, if any."""
     s = summary
     found: list[Entry] = []
-    found += _described(list(s.held), lambda batch: _held(batch, s.held[batch], pictures), "held")
+    mode = s.screening.pictures if s.screening is not None else "show"
+    found += _described(list(s.held), lambda batch: _held(batch, s.held[batch], pictures, mode), "held")
     left_out = [batch for batch, count in s.left_out.items() if count and batch not in s.held]
     found += _described(left_out, lambda batch: [_left_out(s, batch)], "with pairs left out")
     found += _described(list(s.disputed), lambda batch: _disputed(batch, s.disputed[batch]), "disputed")
@@ -61,11 +62,18 @@ def _described(batches: list[str], describe: Callable[[str], Entry], kind: str) 
     return shown
 
 
-def _held(batch: str, reasons: list[str], pictures: str | None) -> Entry:
+def _held(batch: str, reasons: list[str], pictures: str | None, mode: str) -> Entry:
     entry = [f"{batch}: HELD, left out of this run and of every later dataset version"]
     entry += [INDENT + reason for reason in reasons[:MAX_REASONS]]
-    if pictures:
-        entry.append(f"{INDENT}its worst pairs, pictured: {pictures}")
+    if mode == "omit":
+        # The images show faces and number plates: this stack keeps them out of reports and links.
+        entry.append(
+            f"{INDENT}not pictured (HeldPairPictures omit: the images show people); its pairs to fix: "
+            f"{prefixes.report_key(batch, 'report.md')}"
+        )
+    elif pictures:
+        blurred = " (blurred: faces and number plates cannot be read)" if mode == "blur" else ""
+        entry.append(f"{INDENT}its worst pairs, pictured{blurred}: {pictures}")
     entry.append(
         f"{INDENT}labels right after all? `retrain data release {batch} {REASON}`, "
         f"or erase it: `retrain data purge {batch}/`"

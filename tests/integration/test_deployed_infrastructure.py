@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from retrain.local.cloudformation.stack import ACCOUNT_ID, OfflineStack, StackOptions
 from retrain.local.cloudformation.template import TemplateError
@@ -203,6 +204,47 @@ def test_alarms_reach_the_team_through_the_topic(deployed: OfflineStack) -> None
         summed = set(re.findall(r"\w+", total["Expression"].removeprefix("SUM")))
         assert {by_id[query_id] for query_id in summed & set(by_id)} == watched, f"{logical_id}'s SUM"
         assert summed <= set(by_id), f"{logical_id}'s SUM names a query that does not exist"
+
+
+def test_the_ledger_survives_one_delete_call(deployed: OfflineStack) -> None:
+    """Deletion protection refuses DeleteTable (moto enforces it as DynamoDB does), and point-in-time
+    recovery is on: one call cannot lose every file's fate, batch and trust decision."""
+    dynamodb = deployed.aws.dynamodb
+    ledger = deployed.ref("LedgerTable")
+
+    assert dynamodb.describe_table(TableName=ledger)["Table"]["DeletionProtectionEnabled"] is True
+    with pytest.raises(ClientError, match="DeletionProtectionEnabled is set to True"):
+        dynamodb.delete_table(TableName=ledger)
+    backups = dynamodb.describe_continuous_backups(TableName=ledger)["ContinuousBackupsDescription"]
+    assert backups["PointInTimeRecoveryDescription"]["PointInTimeRecoveryStatus"] == "ENABLED"
+    assert "LedgerBackupVault" not in deployed.created.resources, "no backup plan unless the deployer asks"
+
+
+def test_a_change_to_the_data_key_is_told_on_a_topic_that_does_not_need_the_key(deployed: OfflineStack) -> None:
+    events, sns = deployed.aws.events, deployed.aws.sns
+    key = deployed.resource("DataKey")
+    topic = deployed.ref("KeyAlarmTopic")
+    rule = events.describe_rule(Name=deployed.ref("KeyChangesRule"))
+
+    pattern = json.loads(rule["EventPattern"])
+    assert pattern["detail"]["requestParameters"]["keyId"] == [key.attributes["Arn"], key.ref]
+    (target,) = events.list_targets_by_rule(Rule=rule["Name"])["Targets"]
+    assert target["Arn"] == topic
+    assert "cancel-key-deletion" in target["InputTransformer"]["InputTemplate"]
+    attributes = sns.get_topic_attributes(TopicArn=topic)["Attributes"]
+    assert "KmsMasterKeyId" not in attributes, "a topic under DataKey goes silent when the key is disabled"
+    (statement,) = json.loads(attributes["Policy"])["Statement"]
+    assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+    assert statement["Condition"]["ArnEquals"]["aws:SourceArn"] == rule["Arn"]
+    assert deployed.created.outputs["KeyAlarmTopicArn"] == topic
+
+
+def test_a_stack_asked_to_back_up_the_ledger_still_starts_offline() -> None:
+    with OfflineStack(StackOptions(parameters={"LedgerBackupRetentionDays": "35"}, **QUIET)) as offline:  # type: ignore[arg-type]
+        # AWS Backup runs no job offline: its resources are left out, the rest of the stack is made.
+        assert not {"LedgerBackupVault", "LedgerBackupPlan", "LedgerBackupSelection"} & set(offline.created.resources)
+        assert "BackupRole" in offline.created.resources
+        assert "LedgerTable" in offline.created.resources
 
 
 def test_the_state_machine_logs_every_event_without_execution_data(deployed: OfflineStack) -> None:

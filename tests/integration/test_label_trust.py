@@ -45,7 +45,7 @@ from tests.integration.trust_drops import (
 pytestmark = pytest.mark.slow(seconds=220)
 
 SIZE = (192, 96)
-PICTURES = re.compile(r"its worst pairs, pictured: (\S+)")
+PICTURES = re.compile(r"its worst pairs, pictured(?: \([^)]*\))?: (\S+)")
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +89,9 @@ def test_erased_people_hold_the_batch_its_swapped_pairs_top_the_relabel_list_and
     evaluation = MetricsFile.model_validate_json(read(stack, f"reports/runs/{second_run}/metrics.json")).evaluation
     assert evaluation is not None and evaluation.trained_batches == ["munich-01"], "a held batch is not trained on"
 
-    # Its pairs to fix, worst first: the swapped ones on top, pictured.
+    # Its pairs to fix, worst first: the swapped ones on top, pictured (blurred: the stack's default).
     screening = json.loads(read(stack, f"reports/runs/{second_run}/screening.json"))
+    assert screening["pictures"] == "blur" and second.screening.pictures == "blur"
     listed = [Path(pair["image"]).name for pair in screening["batches"]["berlin-01"]["pairs"]]
     assert set(listed[:8]) == set(swapped), listed[:10]
     pictured = [Path(p["image"]).name for p in screening["batches"]["berlin-01"]["pairs"] if "picture" in p]
@@ -98,6 +99,7 @@ def test_erased_people_hold_the_batch_its_swapped_pairs_top_the_relabel_list_and
     report = read(stack, "reports/batches/berlin-01/report.md").decode()
     assert "## Pairs to fix, worst first" in report and "](fix/1.png)" in report, report
     assert read(stack, "reports/batches/berlin-01/fix/1.png").startswith(b"\x89PNG")
+    assert "The pictures are blurred so that no face or number plate can be read" in report
     first_listed = report.split("## Pairs to fix, worst first", 1)[1]
     assert any(name.removesuffix(".jpg") in first_listed.splitlines()[2] for name in swapped), first_listed[:400]
 

@@ -26,10 +26,14 @@ def _pair(image: str, verdict: str, **more: object) -> dict[str, object]:
     }
 
 
-def _screening(folder: Path) -> None:
-    (folder / "screening" / "berlin-02").mkdir(parents=True)
-    Image.new("RGB", (8, 4), (200, 0, 0)).save(folder / "screening" / "berlin-02" / "1.png")
+def _screening(folder: Path, pictures: str | None = None) -> None:
+    """A held batch whose worst pair is pictured (or, with `pictures` omit, named only)."""
+    if pictures != "omit":
+        (folder / "screening" / "berlin-02").mkdir(parents=True)
+        Image.new("RGB", (8, 4), (200, 0, 0)).save(folder / "screening" / "berlin-02" / "1.png")
+    picture = None if pictures == "omit" else "screening/berlin-02/1.png"
     document = {
+        **({"pictures": pictures} if pictures else {}),
         "schema_version": 2,
         "model": "s3://bucket/models/runs/r/model.pt",
         "calibration": {"kind": "independent", "text": "trusted validation pairs", "pairs": 12, "pair_bar": 0.04},
@@ -44,7 +48,7 @@ def _screening(folder: Path) -> None:
                 "verdict": "held",
                 "held": True,
                 "reasons": ["labelled sky where the model sees road: 87 % of the road pixels the model sees"],
-                "pairs": [_pair("images/b/1.jpg", "held", picture="screening/berlin-02/1.png")]
+                "pairs": [_pair("images/b/1.jpg", "held", picture=picture)]
                 + [_pair(f"images/b/{n}.jpg", "held") for n in (2, 3, 4)],
             },
             "zurich-01": {
@@ -70,6 +74,24 @@ def test_a_held_batch_is_pictured_named_and_given_its_release_command(tmp_path: 
     assert html.count("data:image/png;base64,") == 1 and "labelled sky where the model sees road (900" in html
     assert "retrain data release berlin-02 --reason" in html and "retrain data purge berlin-02" in html
     assert "<h3 id='batch-zurich-01'>" not in html, "a batch that passed gets no pictures"
+
+
+def test_blurred_pictures_say_they_are_blurred_and_why(tmp_path: Path) -> None:
+    _screening(tmp_path, "blur")
+    html = section(tmp_path, {"screening": {"screened": True, "held": ["berlin-02"]}})
+
+    assert html.count("data:image/png;base64,") == 1
+    assert "no face or number plate can be read (HeldPairPictures blur)" in html
+
+
+def test_omitted_pictures_leave_the_worst_pairs_named_and_say_why(tmp_path: Path) -> None:
+    _screening(tmp_path, "omit")
+    html = section(tmp_path, {"screening": {"screened": True, "held": ["berlin-02"]}})
+
+    assert "data:image" not in html and "<img" not in html
+    assert "Not pictured: the images show faces and number plates" in html and "HeldPairPictures omit" in html
+    assert "<li>images/b/1.jpg: held; labelled sky where the model sees road (900 pixels)" in html
+    assert "retrain data release berlin-02 --reason" in html, "the held batch still says what to do"
 
 
 def test_each_drops_impact_and_the_trusted_set_are_tabled(tmp_path: Path) -> None:

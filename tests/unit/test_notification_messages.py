@@ -244,6 +244,30 @@ def _new_data(told: Rendered) -> list[str]:
     return [line.strip() for line in lines]
 
 
+def _held_with_pictures(mode: str) -> RunSummary:
+    summary = with_a_held_batch()
+    assert summary.screening is not None
+    return summary.model_copy(update={"screening": summary.screening.model_copy(update={"pictures": mode})})
+
+
+def test_a_held_batchs_blurred_pictures_are_said_to_be_blurred() -> None:
+    lines = _new_data(_told(_held_with_pictures("blur")))
+
+    assert lines[4].startswith("its worst pairs, pictured (blurred: faces and number plates cannot be read): https://")
+
+
+def test_with_pictures_omitted_a_held_batch_links_no_pictures_and_says_why() -> None:
+    told = _told(_held_with_pictures("omit"))
+
+    lines = _new_data(told)
+
+    assert lines[4] == (
+        "not pictured (HeldPairPictures omit: the images show people); its pairs to fix: "
+        "reports/batches/team-b/report.md"
+    ), lines[4]
+    assert "#new-data" not in told.text and "#new-data" not in _slack_text(told)
+
+
 def test_a_held_batch_says_why_where_its_pictures_are_and_how_to_release_or_erase_it() -> None:
     told = _told(with_a_held_batch())
 

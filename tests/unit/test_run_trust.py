@@ -143,6 +143,43 @@ def test_the_batch_report_is_rewritten_with_the_relabel_list_and_what_to_do(aws:
         assert said in markdown, f"{said!r} missing from the report:\n{markdown}"
 
 
+def test_blurred_pictures_go_beside_the_report_which_says_they_are_blurred(aws: tuple[TrustKeeper, Any]) -> None:
+    keeper, s3 = aws
+    curate(keeper.ledger, "munich-01", ["scene-0", "scene-1", "scene-2", "scene-3"], at=NOW)
+    pictures = {"screening/munich-01/scene-3.png": PICTURE, "screening/munich-01/scene-1.png": PICTURE}
+    judged = screening(("munich-01", munich())).model_copy(update={"pictures": "blur"})
+
+    keeper.record(RUN, judged, pictures=pictures, now=NOW)
+
+    assert s3.get_object(Bucket=BUCKET, Key="reports/batches/munich-01/fix/1.png")["Body"].read() == PICTURE
+    markdown = s3.get_object(Bucket=BUCKET, Key="reports/batches/munich-01/report.md")["Body"].read().decode()
+    assert "![scene-3](fix/1.png)" in markdown
+    assert "The pictures are blurred so that no face or number plate can be read" in markdown, markdown
+
+
+def test_with_pictures_omitted_the_relabel_list_names_the_pairs_and_says_why_there_is_no_picture(
+    aws: tuple[TrustKeeper, Any],
+) -> None:
+    keeper, s3 = aws
+    curate(keeper.ledger, "munich-01", ["scene-0", "scene-1", "scene-2", "scene-3"], at=NOW)
+    # As the trainer writes it with --held-pair-pictures omit: the worst pairs named, not pictured.
+    judged = screening(("munich-01", munich())).model_copy(update={"pictures": "omit"})
+    for screened_pair in judged.batches["munich-01"].pairs:
+        screened_pair.picture = None
+
+    keeper.record(RUN, judged, pictures={}, now=NOW)
+
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="reports/batches/munich-01/fix/").get("Contents", [])
+    assert listed == [], "no picture beside the report"
+    record = keeper.ledger.trust("munich-01")
+    assert record is not None and [p.picture for p in record.to_fix] == [None, None]
+    markdown = s3.get_object(Bucket=BUCKET, Key="reports/batches/munich-01/report.md")["Body"].read().decode()
+    assert "- `images/munich-01/scene-3.jpg`: labelled sidewalk where the model sees road" in markdown
+    assert "![" not in markdown
+    assert "No pictures: the images show faces and number plates" in markdown, markdown
+    assert "(HeldPairPictures omit)" in markdown
+
+
 def test_a_held_batch_holds_every_pair_and_its_report_says_how_to_release_or_purge_it(
     aws: tuple[TrustKeeper, Any],
 ) -> None:

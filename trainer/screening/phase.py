@@ -36,6 +36,7 @@ from trainer.decode import ImageDecoder, pick_decoder
 from trainer.loader import default_workers
 from trainer.model import BiSeNetV2
 from trainer.screening import pictures
+from trainer.screening.pictures import PictureMode
 from trainer.screening.rule import (
     BatchJudgement,
     Calibration,
@@ -115,6 +116,7 @@ class Settings:
     scale: float = 0.5  # the model sees the pairs at this scale
     calibration_pairs: int = 64
     pictures: int = 6  # pairs pictured per batch, worst first
+    picture_mode: PictureMode = "blur"  # --held-pair-pictures
     workers: int = 0
     batch_size: int = 8
 
@@ -133,6 +135,7 @@ class Screening:
     decisions: Decisions
     batches: dict[str, dict[str, Any]]
     seconds: float = 0.0
+    picture_mode: PictureMode = "blur"
 
     @property
     def held(self) -> list[str]:
@@ -169,6 +172,8 @@ class Screening:
             "left_out": len(self.left_out),
             "batches": self.batches,
             "seconds": round(self.seconds, 3),
+            # How its pairs are pictured (blur, show) or that they are not (omit): the report says so.
+            "pictures": self.picture_mode,
         }
 
 
@@ -279,6 +284,7 @@ def screen_version(
         decisions=decisions,
         batches=batches,
         seconds=time.perf_counter() - started,
+        picture_mode=settings.picture_mode,
     )
 
 
@@ -396,6 +402,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ):
         group.add_argument(flag, type=float, default=default, help=meaning)
     group.add_argument("--screening-scale", type=float, default=Settings.scale, help="the scale the model screens at")
+    group.add_argument(
+        "--held-pair-pictures",
+        choices=pictures.PICTURE_MODES,
+        default=Settings.picture_mode,
+        help="pictures of the pairs to fix show faces and number plates: blur them (default), show them, or omit them",
+    )
 
 
 def settings_of(args: argparse.Namespace, context: distributed.Context) -> Settings:
@@ -408,7 +420,7 @@ def settings_of(args: argparse.Namespace, context: distributed.Context) -> Setti
     # The loader's workers decode for screening as they do for training (build.loaders' count).
     cuda = context.device.type == "cuda"
     workers = args.workers if args.workers >= 0 else default_workers(context.local_world_size, accelerator=cuda)
-    return Settings(rule=rule, scale=args.screening_scale, workers=workers)
+    return Settings(rule=rule, scale=args.screening_scale, workers=workers, picture_mode=args.held_pair_pictures)
 
 
 def load_model(path: str, classes: list[str], device: torch.device) -> tuple[nn.Module, Basis]:
@@ -470,6 +482,7 @@ def phase(
             screening.calibration,
             folder=output / "screening",
             per_batch=settings.pictures,
+            mode=settings.picture_mode,
         )
         output.mkdir(parents=True, exist_ok=True)
         (output / "screening.json").write_text(json.dumps(screening.to_json(), indent=2), encoding="utf-8")
@@ -507,6 +520,7 @@ def summary(screening: Screening | None, have_model: bool) -> dict[str, Any]:
     return {
         "screened": True,
         "file": "screening.json",
+        "pictures": screening.picture_mode,
         "calibration": screening.calibration_kind,
         "calibration_text": screening.calibration_text,
         "held": screening.held,

@@ -3,8 +3,9 @@
 For people who would rather look than read: each batch's verdict and why, then for the worst pairs
 of each batch with something to fix the image, its label, the model's prediction and the
 disagreement side by side (the PNGs `pictures.py` left under `screening/`, embedded, so the page
-stays one file without a script) with what to do, then each batch's validation IoU under the
-candidate against the accepted model, and the trusted set's per-class table.
+stays one file without a script; blurred, or only named, as the stack's HeldPairPictures says)
+with what to do, then each batch's validation IoU under the candidate against the accepted
+model, and the trusted set's per-class table.
 """
 
 from __future__ import annotations
@@ -54,7 +55,22 @@ def section(output_dir: Path, metrics: Mapping[str, Any] | None) -> str:
     return "\n".join(parts)
 
 
+# What the pictures are, by the stack's HeldPairPictures (screening.json's `pictures`; older runs: show).
+LEGENDS = {
+    "show": "image | label | the accepted model's prediction | disagreement (red)",
+    "blur": (
+        "image | label | the accepted model's prediction | disagreement (red); the image is blurred so that no "
+        "face or number plate can be read (HeldPairPictures blur): open the image itself from the batch"
+    ),
+    "omit": (
+        "Not pictured: the images show faces and number plates, and this stack leaves them out of reports "
+        "(HeldPairPictures omit). Its worst pairs, to open from the batch:"
+    ),
+}
+
+
 def _screening(output_dir: Path, screening: Mapping[str, Any]) -> list[str]:
+    mode = screening.get("pictures", "show")
     calibration = screening.get("calibration", {})
     rule = screening.get("rule", {})
     parts = [
@@ -105,17 +121,24 @@ def _screening(output_dir: Path, screening: Mapping[str, Any]) -> list[str]:
                 "<p>The pairs to fix are on the team's relabel list (<code>reports/batches/"
                 f"{_e(name)}/report.md</code>); the rest of the batch is trained on.</p>"
             )
-        parts.append("<p class='muted'>image | label | the accepted model's prediction | disagreement (red)</p>")
+        parts.append(f"<p class='muted'>{_e(LEGENDS.get(mode, LEGENDS['show']))}</p>")
+        named = []
         for pair in pictured:
+            caption = f"{pair['image']}: {pair['verdict']}; {pair.get('confusion') or 'contradicted'}"
+            caption += f" (label quality {pair['quality']:.3f})"
+            if pair["picture"] is None:
+                named.append(f"<li>{_e(caption)}</li>")
+                continue
             picture = output_dir / pair["picture"]
             if not picture.is_file():
                 continue
             data = base64.b64encode(picture.read_bytes()).decode("ascii")
-            caption = f"{pair['image']}: {pair['verdict']}; {pair.get('confusion') or 'contradicted'}"
             parts.append(
                 f"<figure><img alt='{_e(pair['image'])}' src='data:image/png;base64,{data}'>"
-                f"<figcaption>{_e(caption)} (label quality {pair['quality']:.3f})</figcaption></figure>"
+                f"<figcaption>{_e(caption)}</figcaption></figure>"
             )
+        if named:
+            parts.append(f"<ul>{''.join(named)}</ul>")
     return parts
 
 

@@ -35,6 +35,13 @@ log = logging.getLogger(__name__)
 # IAM is not enforced offline: policies are left out (a role or managed policy still answers
 # Ref and GetAtt). The Rules section is checked, not created.
 IGNORED_TYPES = frozenset({"AWS::IAM::Policy"})
+# What the offline stack leaves out, and why (a stack with LedgerBackupRetentionDays > 0 still
+# starts): moto's AWS Backup has no selections and runs no jobs, so a plan would copy nothing.
+NOT_MADE_OFFLINE = {
+    "AWS::Backup::BackupVault": "AWS Backup runs no job offline",
+    "AWS::Backup::BackupPlan": "AWS Backup runs no job offline",
+    "AWS::Backup::BackupSelection": "AWS Backup runs no job offline",
+}
 PLACEHOLDER = "${"
 
 
@@ -66,6 +73,8 @@ class ResourceBuilder:
             "AWS::DynamoDB::Table": self._table,
             "AWS::SNS::Topic": self._topic,
             "AWS::SNS::Subscription": self._subscription,
+            "AWS::SNS::TopicPolicy": self._topic_policy,
+            "AWS::Events::Rule": self._events_rule,
             "AWS::SecretsManager::Secret": self._secret,
             "AWS::SecretsManager::ResourcePolicy": self._secret_resource_policy,
             "AWS::Logs::LogGroup": self._log_group,
@@ -96,6 +105,11 @@ class ResourceBuilder:
             if "Condition" in resource and not self._resolver.condition(resource["Condition"]):
                 log.info("%s: not created (condition %s is false)", logical_id, resource["Condition"])
                 continue
+            if resource_type in NOT_MADE_OFFLINE:
+                # Not made, but answering Ref and GetAtt as AWS would, for the resources naming it.
+                log.info("%s: not made offline (%s)", logical_id, NOT_MADE_OFFLINE[resource_type])
+                self._resolver.created[logical_id] = self._not_made(logical_id, resource.get("Properties", {}))
+                continue
             creator = self._creators.get(resource_type)
             if creator is None:
                 raise TemplateError(f"{logical_id} is a {resource_type}, which the offline stack cannot create")
@@ -109,6 +123,11 @@ class ResourceBuilder:
                 continue
             self._stack.outputs[name] = str(self._resolver.resolve(output["Value"]))
         return self._stack
+
+    def _not_made(self, logical_id: str, props: dict[str, Any]) -> Created:
+        name = str(self._resolver.resolve(props.get("BackupVaultName", ""))) or self._name(logical_id)
+        arn = self._arn("backup", f"backup-vault:{name}")
+        return Created(ref=name, attributes={"BackupVaultName": name, "BackupVaultArn": arn})
 
     def _name(self, logical_id: str) -> str:
         return f"{self._resolver.stack_name}-{logical_id}"
@@ -214,8 +233,16 @@ class ResourceBuilder:
             request["ProvisionedThroughput"] = props["ProvisionedThroughput"]
         if "SSESpecification" in props:
             request["SSESpecification"] = {"Enabled": props["SSESpecification"]["SSEEnabled"]}
+        if "DeletionProtectionEnabled" in props:
+            request["DeletionProtectionEnabled"] = str(props["DeletionProtectionEnabled"]).lower() == "true"
         dynamodb = self._aws.dynamodb
         table = dynamodb.create_table(**request)["TableDescription"]
+        recovery = props.get("PointInTimeRecoverySpecification", {}).get("PointInTimeRecoveryEnabled")
+        if recovery is not None:
+            dynamodb.update_continuous_backups(
+                TableName=name,
+                PointInTimeRecoverySpecification={"PointInTimeRecoveryEnabled": str(recovery).lower() == "true"},
+            )
         ttl = props.get("TimeToLiveSpecification")
         if ttl:
             dynamodb.update_time_to_live(
@@ -348,6 +375,12 @@ class ResourceBuilder:
         attributes: dict[str, str] = {key: str(props[key]) for key in ("DisplayName", "KmsMasterKeyId") if key in props}
         arn = self._aws.sns.create_topic(Name=name, Attributes=attributes)["TopicArn"]
         return Created(ref=arn, attributes={"TopicArn": arn, "TopicName": name})
+
+    def _topic_policy(self, logical_id: str, props: dict[str, Any]) -> None:
+        for topic in props["Topics"]:
+            self._aws.sns.set_topic_attributes(
+                TopicArn=topic, AttributeName="Policy", AttributeValue=json.dumps(props["PolicyDocument"])
+            )
 
     def _subscription(self, logical_id: str, props: dict[str, Any]) -> Created:
         arn = self._aws.sns.subscribe(
@@ -484,6 +517,33 @@ class ResourceBuilder:
         self._stack.rules.append(
             EventRule(function=function_arn, rule_name=rule_name, pattern=pattern, enabled=enabled)
         )
+
+    # -------------------------------------------------------- EventBridge --
+    def _events_rule(self, logical_id: str, props: dict[str, Any]) -> Created:
+        """A rule with targets other than the stack's functions (a topic): created in moto, so it
+        is listed and described as on AWS. Nothing offline emits the AWS events it matches
+        (CloudTrail's), and the stack's event bus delivers to functions only."""
+        name = str(props.get("Name") or self._name(logical_id))[:64]
+        if "EventPattern" not in props:
+            raise TemplateError(f"{logical_id}: the offline stack knows only rules with an EventPattern")
+        events = self._aws.events
+        try:
+            compile_pattern(props["EventPattern"], name)
+            arn = events.put_rule(
+                Name=name,
+                EventPattern=json.dumps(props["EventPattern"]),
+                State=props.get("State", "ENABLED"),
+                Description=props.get("Description", ""),
+            )["RuleArn"]
+            targets = [
+                {key: target[key] for key in ("Id", "Arn", "Input", "InputPath", "InputTransformer") if key in target}
+                for target in props.get("Targets", [])
+            ]
+            if targets:
+                events.put_targets(Rule=name, Targets=targets)  # type: ignore[arg-type]
+        except (ClientError, EventBusError, ValueError) as error:
+            raise TemplateError(f"{logical_id}: EventBridge refuses the rule: {error}") from None
+        return Created(ref=name, attributes={"Arn": arn})
 
     # ------------------------------------------------------- Step Functions --
     def _state_machine(self, logical_id: str, props: dict[str, Any]) -> Created:
