@@ -2,8 +2,10 @@
 
 Each object version is processed once (Powertools Idempotency on the object version alone: S3
 and SQS both deliver at least once); a record that fails is retried alone (partial batch
-failures) and lands in the DLQ after the queue's maxReceiveCount. Records are started most-delivered
-first, and only while enough of the invocation is left (`budget.py`); the others go back unstarted.
+failures) and lands in the DLQ after the queue's maxReceiveCount. Records are started first
+deliveries first, the ones on their last try last, and only while enough of the invocation is left
+(`budget.py`); the others wait, sent to the queue again. Files are checked in a child process
+without AWS credentials, killed at the decode limit (`functions/validation/decoder_process.py`).
 """
 
 from __future__ import annotations
@@ -27,13 +29,17 @@ from functions.common import observability
 from functions.common.errors import IntakeOutOfTimeError, ObjectGoneError, RefusedEventError
 from functions.common.models import S3ObjectEvent
 from functions.common.settings import IntakeSettings, load_settings
-from functions.intake.budget import TimeBudget, deliveries, most_delivered_first
+from functions.intake.budget import Requeue, TimeBudget, deliveries, in_delivery_order, on_last_try
 from functions.intake.logic import IDEMPOTENCY_KEY_PREFIX, OBJECT_VERSION_KEY, Intake
+from functions.validation import DecoderProcess
 
 logger, tracer, metrics = observability.for_function()
 settings = load_settings(IntakeSettings)  # at cold start: a deployment mistake fails every call
 processor = BatchProcessor(event_type=EventType.SQS)
 idempotency = IdempotencyConfig(event_key_jmespath=OBJECT_VERSION_KEY)
+# One child process for the execution environment's life, warm starts included (its start costs
+# an interpreter's imports); replaced only after a file killed or crashed it.
+decoder = DecoderProcess(settings.decode_timeout_seconds)
 GONE = "gone"
 REFUSED = "refused"
 
@@ -63,12 +69,23 @@ def process_object(*, obj: dict[str, Any], intake: Intake) -> str:
     return status.value
 
 
-def handle_record(record: SQSRecord, *, intake: Intake, budget: TimeBudget) -> None:
+def handle_record(
+    record: SQSRecord, *, intake: Intake, budget: TimeBudget, last_tries: int, requeue: Requeue | None
+) -> None:
+    """`last_tries`: the batch's records on their last try, which come last and get their time."""
+    last_try = on_last_try(record.raw_event, settings.max_receive_count)
     try:
-        budget.check()
+        budget.check(kept_for=0 if last_try else last_tries)
     except IntakeOutOfTimeError as late:
-        logger.warning("record sent back unstarted", extra={**_about(record), "reason": str(late)})
         metrics.add_metric(name="RecordsDeferred", unit="Count", value=1)
+        if requeue is not None and deliveries(record.raw_event) == 1:
+            # Never tried: sent again as a new message, this one done, so waiting costs no try.
+            # A record delivered before goes back as a failure instead: one that fails every time
+            # must still count its tries, or it would circle forever.
+            requeue(record.body)
+            logger.warning("record sent to the queue again, unstarted", extra={**_about(record), "reason": str(late)})
+            return
+        logger.warning("record sent back unstarted", extra={**_about(record), "reason": str(late)})
         raise
     key = None  # the object the record failed on, for the log
     try:
@@ -98,11 +115,16 @@ def _about(record: SQSRecord) -> dict[str, Any]:
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     idempotency.register_lambda_context(context)
-    intake = wiring.intake(settings)
-    budget = TimeBudget.of(context.get_remaining_time_in_millis)
+    intake = wiring.intake(settings, decoder)
+    budget = TimeBudget.of(context.get_remaining_time_in_millis, int(settings.decode_timeout_seconds * 1000))
+    ordered = in_delivery_order(event)
+    last_tries = sum(on_last_try(record, settings.max_receive_count) for record in ordered["Records"])
+    handle = partial(
+        handle_record, intake=intake, budget=budget, last_tries=last_tries, requeue=wiring.requeue(settings)
+    )
     response = process_partial_response(
-        event=most_delivered_first(event),
-        record_handler=partial(handle_record, intake=intake, budget=budget),
+        event=ordered,
+        record_handler=handle,
         processor=processor,
         context=context,
     )

@@ -20,7 +20,7 @@ starts included): starting one costs a fresh interpreter's imports, a file costs
 file. Its start is not counted against a file's limit: a slow start is the function's problem, and
 one that fails raises `DecoderUnavailableError` (the record is retried, the file is not blamed).
 
-Run as `python -m functions.validation.decoder_process`, this module is the child.
+`serve` below is the child's side, run as `python -m functions.validation.decoder_child`.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 5.0
 # A FileCheck is a few hundred bytes (a mask's value counts: at most 256 entries); more is no answer.
 MAX_ANSWER_BYTES = 1 << 20
+CHILD_MODULE = "functions.validation.decoder_child"
 _READY = b"R"
 _REQUEST_HEADER = struct.Struct(">IQ")  # header JSON length, file length
 _ANSWER_HEADER = struct.Struct(">I")
@@ -156,7 +157,7 @@ class DecoderProcess:
             return self._child
         self.close()
         child = subprocess.Popen(  # noqa: S603 (our own interpreter and module, no shell)
-            [sys.executable, "-m", __name__],
+            [sys.executable, "-m", CHILD_MODULE],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=child_environment(),
@@ -296,7 +297,3 @@ def main() -> None:
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     serve(sys.stdin.buffer, answers)
-
-
-if __name__ == "__main__":
-    main()
