@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     )
     from functions.dataset_sync.logic import DatasetSync
     from functions.evaluate_run.logic import Evaluator
-    from functions.intake.budget import Requeue
     from functions.intake.logic import Intake
+    from functions.intake.redelivery import IntakeQueue
     from functions.notify.logic import Notifier
     from functions.prepare_run.logic import RunPreparer
     from functions.run_ended.logic import RunEnded
@@ -94,10 +94,13 @@ def intake(settings: IntakeSettings, check_file: FileChecker) -> Intake:
     )
 
 
-def requeue(settings: IntakeSettings) -> Requeue | None:
-    from functions.intake.budget import Requeue
+def intake_queue(settings: IntakeSettings) -> IntakeQueue | None:
+    """The intake's own queue, and its markers of running records (None: no queue URL set)."""
+    from functions.intake.redelivery import IntakeQueue
 
-    return Requeue(clients.sqs(), settings.intake_queue_url) if settings.intake_queue_url else None
+    if not settings.intake_queue_url:
+        return None
+    return IntakeQueue(clients.sqs(), settings.intake_queue_url, clients.dynamodb(), settings.idempotency_table)
 
 
 def idempotency_store(settings: IntakeSettings) -> DynamoDBPersistenceLayer:

@@ -165,6 +165,12 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             "a record left unstarted for lack of time goes back to the queue as a new message, so waiting "
             "costs it none of its maxReceiveCount tries",
         ),
+        Grant(
+            ("sqs:DeleteMessage",),
+            ("{intake_queue}",),
+            "before a record delivered before is started, the finished ones are deleted (DeleteMessageBatch): "
+            "should it end the invocation, they do not come back with it",
+        ),
     ),
     "SweeperFunction": (
         Grant(

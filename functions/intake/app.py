@@ -29,16 +29,19 @@ from functions.common import observability
 from functions.common.errors import IntakeOutOfTimeError, ObjectGoneError, RefusedEventError
 from functions.common.models import S3ObjectEvent
 from functions.common.settings import IntakeSettings, load_settings
-from functions.intake.budget import Requeue, TimeBudget, deliveries, in_delivery_order, on_last_try
+from functions.intake.budget import TimeBudget, deliveries, in_delivery_order, on_last_try
 from functions.intake.logic import IDEMPOTENCY_KEY_PREFIX, OBJECT_VERSION_KEY, Intake
-from functions.validation import DecoderProcess
+from functions.intake.redelivery import IntakeQueue
+from functions.validation import DecoderProcess, keep_from_children
 
 logger, tracer, metrics = observability.for_function()
 settings = load_settings(IntakeSettings)  # at cold start: a deployment mistake fails every call
 processor = BatchProcessor(event_type=EventType.SQS)
 idempotency = IdempotencyConfig(event_key_jmespath=OBJECT_VERSION_KEY)
 # One child process for the execution environment's life, warm starts included (its start costs
-# an interpreter's imports); replaced only after a file killed or crashed it.
+# an interpreter's imports); replaced only after a file killed or crashed it. The child gets no
+# credentials, and this process hides its own (its environment, its memory) from it.
+keep_from_children()
 decoder = DecoderProcess(settings.decode_timeout_seconds)
 GONE = "gone"
 REFUSED = "refused"
@@ -70,23 +73,40 @@ def process_object(*, obj: dict[str, Any], intake: Intake) -> str:
 
 
 def handle_record(
-    record: SQSRecord, *, intake: Intake, budget: TimeBudget, last_tries: int, requeue: Requeue | None
+    record: SQSRecord, *, intake: Intake, budget: TimeBudget, last_tries: int, queue: IntakeQueue | None
 ) -> None:
     """`last_tries`: the batch's records on their last try, which come last and get their time."""
-    last_try = on_last_try(record.raw_event, settings.max_receive_count)
+    suspect = deliveries(record.raw_event) > 1  # it failed, or its invocation died, or it waited twice
     try:
-        budget.check(kept_for=0 if last_try else last_tries)
+        budget.check(kept_for=0 if on_last_try(record.raw_event, settings.max_receive_count) else last_tries)
     except IntakeOutOfTimeError as late:
         metrics.add_metric(name="RecordsDeferred", unit="Count", value=1)
-        if requeue is not None and deliveries(record.raw_event) == 1:
+        if queue is not None and not suspect:
             # Never tried: sent again as a new message, this one done, so waiting costs no try.
-            # A record delivered before goes back as a failure instead: one that fails every time
-            # must still count its tries, or it would circle forever.
-            requeue(record.body)
+            # A suspect goes back as a failure: one that fails every time must count its tries.
+            queue.send_again(record.body)
+            queue.done(record.message_id, record.receipt_handle)
             logger.warning("record sent to the queue again, unstarted", extra={**_about(record), "reason": str(late)})
             return
         logger.warning("record sent back unstarted", extra={**_about(record), "reason": str(late)})
         raise
+    if queue is not None and suspect:
+        # Should this one end the invocation, what is done stays done, and its marker says so.
+        queue.delete_finished()
+        queue.started(record.message_id)
+    try:
+        _process_record(record, intake)
+    except Exception:
+        if queue is not None and suspect:
+            queue.ended(record.message_id)  # it ended (failed), the invocation did not
+        raise
+    if queue is not None:
+        if suspect:
+            queue.ended(record.message_id)
+        queue.done(record.message_id, record.receipt_handle)
+
+
+def _process_record(record: SQSRecord, intake: Intake) -> None:
     key = None  # the object the record failed on, for the log
     try:
         for obj in intake.objects_in(record.body):
@@ -106,6 +126,15 @@ def handle_record(
         raise
 
 
+def _in_order(event: dict[str, Any], queue: IntakeQueue | None) -> dict[str, Any]:
+    """The batch in the order its records are started (`budget.in_delivery_order`)."""
+    suspects = [r["messageId"] for r in event.get("Records", []) if deliveries(r) > 1]
+    died_running = queue.died_running(suspects) if queue is not None and suspects else set()
+    for message_id in died_running:
+        logger.warning("record was running when an invocation died: it goes last", extra={"message_id": message_id})
+    return in_delivery_order(event, frozenset(died_running))
+
+
 def _about(record: SQSRecord) -> dict[str, Any]:
     return {"message_id": record.message_id, "deliveries": deliveries(record.raw_event)}
 
@@ -117,11 +146,10 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> PartialItem
     idempotency.register_lambda_context(context)
     intake = wiring.intake(settings, decoder)
     budget = TimeBudget.of(context.get_remaining_time_in_millis, int(settings.decode_timeout_seconds * 1000))
-    ordered = in_delivery_order(event)
+    queue = wiring.intake_queue(settings)
+    ordered = _in_order(event, queue)
     last_tries = sum(on_last_try(record, settings.max_receive_count) for record in ordered["Records"])
-    handle = partial(
-        handle_record, intake=intake, budget=budget, last_tries=last_tries, requeue=wiring.requeue(settings)
-    )
+    handle = partial(handle_record, intake=intake, budget=budget, last_tries=last_tries, queue=queue)
     response = process_partial_response(
         event=ordered,
         record_handler=handle,

@@ -11,7 +11,7 @@ never times out on a record it chose to start.
 
 What keeps a healthy message out of the DLQ, and puts a poison one there alone:
 - A record left unstarted for lack of time, on its first delivery, is sent to the queue again as a
-  new message and reported done (`app.py`): waiting costs it no try. (Sent back as a failure, as
+  new message and reported done (`redelivery.py`): waiting costs it no try. (Sent back as a failure, as
   before, every wait counted a try, and a slow record heading every batch pushed the others, batch
   after batch, into the DLQ.)
 - Records delivered for the first time go first, in SQS's order; records SQS delivers again
@@ -20,6 +20,8 @@ What keeps a healthy message out of the DLQ, and puts a poison one there alone:
 - A record on its last try (delivered maxReceiveCount times: if it fails now, SQS moves it to the
   DLQ) comes last, and the records before it are started only while a margin is kept for it too:
   it gets its try after the rest of its batch is done, and if it fails, it goes to the DLQ alone.
+- A record that ends its whole invocation (a timeout, a crash) is kept from taking its batch with
+  it: `redelivery.py`.
 `RecordsDeferred` counts the records left unstarted: if it is steady, lower BatchSize (or raise the
 timeout).
 """
@@ -28,12 +30,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from functions.common.errors import IntakeOutOfTimeError
-
-if TYPE_CHECKING:
-    from mypy_boto3_sqs import SQSClient
 
 # Kept back beside the decode limit: a 64 MiB read and copy, the ledger writes, the reports.
 IO_MARGIN_MS = 5_000
@@ -65,11 +64,13 @@ class TimeBudget:
             )
 
 
-def in_delivery_order(event: dict[str, Any]) -> dict[str, Any]:
+def in_delivery_order(event: dict[str, Any], died_running: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The SQS event with its records ordered by SQS's ApproximateReceiveCount, lowest first (in
     SQS's order among equals): first deliveries, then the records delivered again, the ones on
-    their last try at the end."""
-    return {**event, "Records": sorted(event.get("Records", []), key=deliveries)}
+    their last try at the end; and after all of them, the `died_running` ones (message ids: a
+    record that was running when an invocation died, `redelivery.py`)."""
+    records = event.get("Records", [])
+    return {**event, "Records": sorted(records, key=lambda r: (r.get("messageId") in died_running, deliveries(r)))}
 
 
 def deliveries(record: dict[str, Any]) -> int:
@@ -83,14 +84,3 @@ def deliveries(record: dict[str, Any]) -> int:
 def on_last_try(record: dict[str, Any], max_receive_count: int) -> bool:
     """Delivered `max_receive_count` times: if it fails now, SQS moves it to the DLQ."""
     return deliveries(record) >= max_receive_count
-
-
-@dataclass(frozen=True)
-class Requeue:
-    """Sends a record left unstarted to the intake queue again, as a new message (receive count 0)."""
-
-    sqs: SQSClient
-    queue_url: str
-
-    def __call__(self, body: str) -> None:
-        self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=body)

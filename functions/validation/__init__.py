@@ -19,6 +19,7 @@ from functions.validation.decoder_process import (
     DecoderUnavailableError,
     FileChecker,
     check_in_process,
+    keep_from_children,
 )
 from functions.validation.decoding import Readable, Source, StrictDecodingDisabledError
 from functions.validation.duplicates import ContentIndex, InMemoryContentIndex
@@ -97,6 +98,7 @@ __all__ = [
     "check_landing_key",
     "classify_key",
     "judge_pair",
+    "keep_from_children",
     "missing",
     "parse_entry",
     "plan_pairs",

@@ -14,6 +14,11 @@ can sign no AWS request. It talks to the parent over two pipes only (no `multipr
 `Pool` or `Manager`: they need /dev/shm, which Lambda lacks), and answers in JSON that the parent
 validates as a `FileCheck`, never pickle: a child taken over cannot make the parent run anything.
 
+The child runs as the same Linux user, so the parent also makes itself non-dumpable
+(`keep_from_children`): the kernel then hides its /proc files (environ, mem) from processes of that
+user and refuses them ptrace, and a child taken over cannot read the credentials from the
+parent's environment or memory instead.
+
 One child serves every file of the process's life (a Lambda environment's invocations, warm
 starts included): starting one costs a fresh interpreter's imports, a file costs one round trip
 (benchmarks/bench_decoder_process.py). A child that was killed, or died, is replaced at the next
@@ -25,6 +30,7 @@ one that fails raises `DecoderUnavailableError` (the record is retried, the file
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -57,6 +63,7 @@ STOP_TIMEOUT_SECONDS = 5.0
 MAX_ANSWER_BYTES = 1 << 20
 CHILD_MODULE = "functions.validation.decoder_child"
 _READY = b"R"
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 _REQUEST_HEADER = struct.Struct(">IQ")  # header JSON length, file length
 _ANSWER_HEADER = struct.Struct(">I")
 _CHUNK = 1 << 20
@@ -180,6 +187,18 @@ class DecoderProcess:
         """Stop the child (if any); the next file starts a new one."""
         self._stop()
         self._child = None
+
+
+def keep_from_children() -> bool:
+    """Make this process non-dumpable (Linux's prctl PR_SET_DUMPABLE 0): its /proc/<pid>/environ
+    and mem become root's, and no process of its user may ptrace it, so a decoder child taken over
+    reads none of its credentials. Also: no core dumps, and the process cannot read its own
+    /proc/self/environ (nothing here does). Whether it now is; False where there is no prctl."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    return int(libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)) == 0
 
 
 def child_environment() -> dict[str, str]:

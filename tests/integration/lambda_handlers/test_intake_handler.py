@@ -16,6 +16,7 @@ from urllib.parse import unquote_plus
 
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from botocore.exceptions import ClientError
 
 from functions.common.errors import AwsServiceBusyError
 from functions.data.ledger import Ledger
@@ -251,9 +252,12 @@ def _settle(stack: OfflineStack, messages: list[dict[str, Any]], response: dict[
     failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
     for message in messages:
         if message["MessageId"] in failed:
-            stack.aws.sqs.change_message_visibility(
-                QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-            )
+            try:
+                stack.aws.sqs.change_message_visibility(
+                    QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+                )
+            except ClientError:
+                failed.discard(message["MessageId"])  # the function deleted it itself: it is done
         else:
             stack.aws.sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
     return {_key_of(m) for m in messages if m["MessageId"] in failed}
@@ -378,3 +382,71 @@ def test_a_poison_record_reaches_the_dlq_alone_and_every_healthy_one_is_processe
     assert _recorded(deployed) == {f"incoming/{BATCH}/images/h{i}.jpg" for i in range(6)}, "every healthy one done"
     tries = [r.deliveries for r in kept.records if r.getMessage().startswith("record failed")]  # type: ignore[attr-defined]
     assert tries[-1] == 3, "the poison had its last try before the DLQ"
+
+
+class _Stopped(BaseException):
+    """Lambda stopping the function mid-record (its timeout, or the process crashing): nothing
+    after it runs, and nothing is answered. A BaseException, so no `except Exception` sees it."""
+
+
+@pytest.fixture
+def killer(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A record that ends its whole invocation, every time: its object is `killer.jpg`."""
+    process = Intake.process
+
+    def stopping(self: Intake, obj: Any) -> Any:
+        if obj.key.endswith("/killer.jpg"):
+            raise _Stopped
+        return process(self, obj)
+
+    monkeypatch.setattr(Intake, "process", stopping)
+    return "killer"
+
+
+def _invoke_until_stopped(intake: Any, stack: OfflineStack, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """As Lambda's poller sees it: an invocation that was stopped (or raised) failed every record."""
+    every = {"batchItemFailures": [{"itemIdentifier": m["MessageId"]} for m in messages]}
+    try:
+        return intake(_as_lambda_delivers(stack, messages))  # type: ignore[no-any-return]
+    except (_Stopped, BatchProcessingError):
+        return every
+
+
+def _visibility_timeout_passes(stack: OfflineStack) -> None:
+    """What the queue's visibility timeout (360 s, six function timeouts) lets pass before a
+    stopped invocation's records come back: the idempotency records it left in progress expire,
+    so the redelivery runs the record again instead of meeting "already in progress"."""
+    table = stack.ref("IdempotencyTable")
+    for item in stack.aws.dynamodb.scan(TableName=table)["Items"]:
+        if item.get("status", {}).get("S") == "INPROGRESS":
+            stack.aws.dynamodb.update_item(
+                TableName=table,
+                Key={"id": item["id"]},
+                UpdateExpression="SET in_progress_expiration = :past",
+                ExpressionAttributeValues={":past": {"N": "0"}},
+            )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_record_that_ends_its_invocation_every_time_reaches_the_dlq_alone(
+    deployed: OfflineStack, handler: Any, killer: str, seed: int
+) -> None:
+    """Each time the killer runs, Lambda returns its whole batch: only what the function deleted
+    itself before starting it stays done. Redelivered, the killer is known by the marker it left,
+    goes last, and takes nothing with it; healthy records that came back with it are done on a
+    later delivery, never in the DLQ."""
+    order = random.Random(seed)
+    _redrive_after(deployed, 3)
+    intake = handler("IntakeFunction", MAX_RECEIVE_COUNT="3")
+    _upload_images(deployed, [killer, *(f"h{i}" for i in range(6))])
+    rounds = 0
+    while (messages := _receive(deployed)) and rounds < 10:
+        rounds += 1
+        order.shuffle(messages)
+        _settle(deployed, messages, _invoke_until_stopped(intake, deployed, messages))
+        _visibility_timeout_passes(deployed)
+
+    assert queue_depth(deployed, "IntakeQueue") == 0
+    dead = deployed.aws.sqs.receive_message(QueueUrl=deployed.ref("IntakeDeadLetterQueue"), MaxNumberOfMessages=10)
+    assert [_key_of(dict(m)) for m in dead.get("Messages", [])] == [f"incoming/{BATCH}/images/{killer}.jpg"]
+    assert _recorded(deployed) == {f"incoming/{BATCH}/images/h{i}.jpg" for i in range(6)}, "every healthy one done"

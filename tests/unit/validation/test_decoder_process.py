@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +29,7 @@ from functions.validation.decoding import jpeg_scans
 
 from .corpus import encode, jpeg, many_scans_jpeg, mask, scene
 
+REPO = Path(__file__).resolve().parents[3]
 LIMIT = 1.0  # seconds: the limit these tests run with, so that they run fast
 # What the limit may be overrun by: the last select() wakes up, the child is killed and reaped.
 KILL_SECONDS = 1.0
@@ -195,3 +198,12 @@ def test_a_file_whose_child_dies_twice_is_rejected_as_undecodable_with_the_signa
     (reason,) = check.reasons
     assert reason.code is ReasonCode.IMAGE_UNDECODABLE
     assert "died twice" in reason.message and "killed by signal 9" in reason.message
+
+
+def test_the_parent_hides_its_environment_and_memory_from_its_children() -> None:
+    """Non-dumpable, a process's /proc/<pid>/environ and mem are root's and no process of its user
+    may ptrace it (as root, these tests cannot show the refusal itself: root is let through)."""
+    probe = "from functions.validation import keep_from_children; print(keep_from_children())"
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
+
+    assert ran.stdout.strip() == "True"
