@@ -25,7 +25,7 @@ starts included): starting one costs a fresh interpreter's imports, a file costs
 file. Its start is not counted against a file's limit: a slow start is the function's problem, and
 one that fails raises `DecoderUnavailableError` (the record is retried, the file is not blamed).
 
-`serve` below is the child's side, run as `python -m functions.validation.decoder_child`.
+`serve` below is the child's side (`CHILD_CODE`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ START_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 5.0
 # A FileCheck is a few hundred bytes (a mask's value counts: at most 256 entries); more is no answer.
 MAX_ANSWER_BYTES = 1 << 20
-CHILD_MODULE = "functions.validation.decoder_child"
+# The child's program: `main` below (not `-m` this module, which the package has imported
+# already, and which runpy would then run a second time as __main__).
+CHILD_CODE = "from functions.validation.decoder_process import main; main()"
 _READY = b"R"
 _PR_GET_DUMPABLE, _PR_SET_DUMPABLE = 3, 4
 _REQUEST_HEADER = struct.Struct(">IQ")  # header JSON length, file length
@@ -164,7 +166,7 @@ class DecoderProcess:
             return self._child
         self.close()
         child = subprocess.Popen(  # noqa: S603 (our own interpreter and module, no shell)
-            [sys.executable, "-m", CHILD_MODULE],
+            [sys.executable, "-c", CHILD_CODE],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=child_environment(),
