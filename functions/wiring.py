@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from functions.dataset_sync.logic import DatasetSync
     from functions.evaluate_run.logic import Evaluator
     from functions.intake.logic import Intake
+    from functions.intake.redelivery import IntakeQueue
     from functions.notify.logic import Notifier
     from functions.prepare_run.logic import RunPreparer
     from functions.run_ended.logic import RunEnded
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from functions.training_job.run import TrainingJobs
     from functions.training_job.waiting import JobWaits
     from functions.trigger.logic import Trigger
+    from functions.validation import FileChecker
 
 # Handlers wear it as their innermost decorator: AWS still throttling or failing (5xx) after
 # botocore's retries becomes `AwsServiceBusyError`, which the state machine retries later.
@@ -74,15 +76,31 @@ def kick(function_name: str) -> TriggerKick:
 
 
 # ---------------------------------------------------------------- intake and sweeper --
-def intake(settings: IntakeSettings) -> Intake:
-    """One Intake per invocation: it collects the batches the invocation touched and closed."""
+def intake(settings: IntakeSettings, check_file: FileChecker) -> Intake:
+    """One Intake per invocation: it collects the batches the invocation touched and closed.
+    `check_file`: the handler's `DecoderProcess`, kept for the execution environment's life."""
     from functions.intake.logic import Intake
     from functions.validation import DEFAULT_CONFIG
 
     # Uploads are checked against the stack's key: the bucket policy's rule, kept where it is enforced
     # last (and offline, where the emulator ignores the policy's conditions).
     ledger, bucket = ledger_and_bucket(settings, data_key_arn=settings.data_key_arn)
-    return Intake(ledger=ledger, bucket=bucket, config=DEFAULT_CONFIG, kick=kick(settings.trigger_function))
+    return Intake(
+        ledger=ledger,
+        bucket=bucket,
+        config=DEFAULT_CONFIG,
+        check_file=check_file,
+        kick=kick(settings.trigger_function),
+    )
+
+
+def intake_queue(settings: IntakeSettings) -> IntakeQueue | None:
+    """The intake's own queue, and its markers of running records (None: no queue URL set)."""
+    from functions.intake.redelivery import IntakeQueue
+
+    if not settings.intake_queue_url:
+        return None
+    return IntakeQueue(clients.sqs(), settings.intake_queue_url, clients.dynamodb(), settings.idempotency_table)
 
 
 def idempotency_store(settings: IntakeSettings) -> DynamoDBPersistenceLayer:

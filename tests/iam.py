@@ -291,6 +291,7 @@ def placeholders(body: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
         "bucket": f"arn:aws:s3:::{ref('DataBucket')}",
         "ledger": att("LedgerTable", "Arn"),
         "idempotency": att("IdempotencyTable", "Arn"),
+        "intake_queue": att("IntakeQueue", "Arn"),
         "key": att("DataKey", "Arn"),
         "topic": ref("NotificationTopic"),
         "secret": ref("SlackWebhookSecret"),

@@ -14,6 +14,7 @@ Resources are written with placeholders, filled in from the template by the test
 
     {bucket}              arn:aws:s3:::<data bucket>            (objects: {bucket}/<prefix>*)
     {ledger} {idempotency} the two DynamoDB tables' ARNs          ({ledger}/index/state: its GSI)
+    {intake_queue}        the intake's SQS queue's ARN
     {key}                 the DataKey's ARN (bucket SSE-KMS, topic, training volumes and output)
     {topic} {secret}      the notification topic, the Slack webhook secret
     {trigger} ...         a function's ARN (see FUNCTION_PLACEHOLDERS)
@@ -159,6 +160,18 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             "Powertools idempotency records: one per object version",
         ),
         Grant(("lambda:InvokeFunction",), ("{trigger}",), "kicks the trigger when a batch closes"),
+        Grant(
+            ("sqs:SendMessage",),
+            ("{intake_queue}",),
+            "a record left unstarted for lack of time goes back to the queue as a new message, so waiting "
+            "costs it none of its maxReceiveCount tries",
+        ),
+        Grant(
+            ("sqs:DeleteMessage",),
+            ("{intake_queue}",),
+            "before a record delivered before is started, the finished ones are deleted (DeleteMessageBatch): "
+            "should it end the invocation, they do not come back with it",
+        ),
     ),
     "SweeperFunction": (
         Grant(

@@ -42,6 +42,17 @@ class IntakeSettings(LedgerSettings):
     data_key_arn: str = Field(pattern=r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-zA-Z-]+$")
     # Started (asynchronously) when a batch closes; empty: wait for the trigger's schedule.
     trigger_function: str = ""
+    # Checking one file (decoding it) in the child process may take this long; then it is killed
+    # and the file rejected as `decode_too_slow`. A 40 MP progressive JPEG of noise, the worst a
+    # valid upload gets, takes 2.2 s on one x86 core; Lambda's 1024 MB is about 0.6 of a vCPU. The
+    # time kept back before starting a record grows with it (`functions/intake/budget.py`).
+    decode_timeout_seconds: float = Field(default=10.0, gt=0, le=30)
+    # The queue's RedrivePolicy maxReceiveCount (template.yaml's IntakeMaxReceiveCount): a record
+    # delivered this often is on its last try (`functions/intake/budget.py`).
+    max_receive_count: int = Field(default=5, ge=1)
+    # The intake queue itself: a record left unstarted for lack of time is sent to it again.
+    # Empty: sent back as a failure instead (counting a delivery).
+    intake_queue_url: str = ""
 
 
 class SweeperSettings(LedgerSettings):

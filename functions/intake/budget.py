@@ -1,22 +1,29 @@
-"""An invocation's time: a record is started only while enough of it is left.
+"""An invocation's time and a batch's order: which records are started, in what order, and what
+becomes of those left when time runs short.
 
 A batch of up to 100 large objects can outlast the function's timeout. Lambda then fails the
 whole batch: every message comes back, those already processed included, and each delivery counts
 towards the queue's maxReceiveCount, so healthy messages drift towards the dead-letter queue. So a
-record is started only while more than a margin is left; the rest are reported as partial batch
-failures without being touched, and come back after the visibility timeout.
+record is started only while more than a margin is left: the margin covers one record at its worst
+(a file checked until the decode limit kills the check, a 64 MiB read and copy, a few ledger
+writes) and the reports written at the end, so a started record is finished and the invocation
+never times out on a record it chose to start.
 
-That still counts a receive for each record sent back. What keeps a healthy one from reaching the
-DLQ this way:
-- the margin covers one record at its worst (a 64 MiB file read and decoded, a copy of at most
-  that, a few ledger writes: seconds) and the reports written at the end, so a started record is
-  finished and the invocation never times out on a record it chose to start;
-- a batch is worked through most-delivered first, so a record sent back once goes ahead of every
-  fresher record in whatever batch it comes back in: it is sent back again only if its whole
-  batch is records delivered at least as often, which needs sustained overload, not one large drop;
-- the template's BatchSize is sized from the benchmark (a full batch of 2048x1024 pairs takes a
-  tenth of the timeout), so records are sent back only when a batch is ten times slower than that.
-`RecordsDeferred` counts them: if it is steady, lower BatchSize (or raise the timeout).
+What keeps a healthy message out of the DLQ, and puts a poison one there alone:
+- A record left unstarted for lack of time, on its first delivery, is sent to the queue again as a
+  new message and reported done (`redelivery.py`): waiting costs it no try. (Sent back as a failure, as
+  before, every wait counted a try, and a slow record heading every batch pushed the others, batch
+  after batch, into the DLQ.)
+- Records delivered for the first time go first, in SQS's order; records SQS delivers again
+  (they failed, or their invocation died, or waited twice) go after them, least-delivered first.
+  A record that fails every time is therefore the last of its batch, where it holds up no other.
+- A record on its last try (delivered maxReceiveCount times: if it fails now, SQS moves it to the
+  DLQ) comes last, and the records before it are started only while a margin is kept for it too:
+  it gets its try after the rest of its batch is done, and if it fails, it goes to the DLQ alone.
+- A record that ends its whole invocation (a timeout, a crash) is kept from taking its batch with
+  it: `redelivery.py`.
+`RecordsDeferred` counts the records left unstarted: if it is steady, lower BatchSize (or raise the
+timeout).
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ from typing import Any
 
 from functions.common.errors import IntakeOutOfTimeError
 
-# At most this is kept back, or this share of the invocation's time when that is shorter (the
-# offline stack's tests run with a 1 s timeout, and a fixed 10 s would start nothing there).
-MARGIN_MS = 10_000
+# Kept back beside the decode limit: a 64 MiB read and copy, the ledger writes, the reports.
+IO_MARGIN_MS = 5_000
+# ... at most this share of the invocation's time (the offline stack's tests run with a 1 s
+# timeout, and a fixed 15 s would start nothing there).
 MARGIN_SHARE = 0.25
+DEFAULT_DECODE_LIMIT_MS = 10_000  # IntakeSettings.decode_timeout_seconds
 
 
 @dataclass(frozen=True)
@@ -39,24 +48,29 @@ class TimeBudget:
     margin_ms: int
 
     @classmethod
-    def of(cls, remaining_ms: Callable[[], int]) -> TimeBudget:
-        """The budget of an invocation that starts now."""
-        return cls(remaining_ms, min(MARGIN_MS, int(remaining_ms() * MARGIN_SHARE)))
+    def of(cls, remaining_ms: Callable[[], int], decode_limit_ms: int = DEFAULT_DECODE_LIMIT_MS) -> TimeBudget:
+        """The budget of an invocation that starts now, whose files are checked within `decode_limit_ms`."""
+        return cls(remaining_ms, min(IO_MARGIN_MS + decode_limit_ms, int(remaining_ms() * MARGIN_SHARE)))
 
-    def check(self) -> None:
-        """Raise `IntakeOutOfTimeError` when too little is left to start another record."""
-        left = self.remaining_ms()
-        if left < self.margin_ms:
+    def check(self, kept_for: int = 0) -> None:
+        """Raise `IntakeOutOfTimeError` when too little is left to start another record and still
+        start the `kept_for` records on their last try that wait after it."""
+        left, needed = self.remaining_ms(), self.margin_ms * (1 + kept_for)
+        if left < needed:
+            kept = f" and {kept_for} records on their last try after it" if kept_for else ""
             raise IntakeOutOfTimeError(
-                f"{left} ms of the invocation left, less than the {self.margin_ms} ms kept for a record "
-                "and the reports: sent back to the queue unstarted"
+                f"{left} ms of the invocation left, less than the {needed} ms kept for a record{kept} "
+                "and the reports: not started"
             )
 
 
-def most_delivered_first(event: dict[str, Any]) -> dict[str, Any]:
-    """The SQS event with its records ordered by SQS's ApproximateReceiveCount, highest first (in
-    SQS's order among equals): a record sent back for lack of time is first in its next batch."""
-    return {**event, "Records": sorted(event.get("Records", []), key=deliveries, reverse=True)}
+def in_delivery_order(event: dict[str, Any], died_running: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The SQS event with its records ordered by SQS's ApproximateReceiveCount, lowest first (in
+    SQS's order among equals): first deliveries, then the records delivered again, the ones on
+    their last try at the end; and after all of them, the `died_running` ones (message ids: a
+    record that was running when an invocation died, `redelivery.py`)."""
+    records = event.get("Records", [])
+    return {**event, "Records": sorted(records, key=lambda r: (r.get("messageId") in died_running, deliveries(r)))}
 
 
 def deliveries(record: dict[str, Any]) -> int:
@@ -65,3 +79,8 @@ def deliveries(record: dict[str, Any]) -> int:
         return int(record.get("attributes", {}).get("ApproximateReceiveCount", 1))
     except (TypeError, ValueError):
         return 1
+
+
+def on_last_try(record: dict[str, Any], max_receive_count: int) -> bool:
+    """Delivered `max_receive_count` times: if it fails now, SQS moves it to the DLQ."""
+    return deliveries(record) >= max_receive_count

@@ -39,6 +39,7 @@ from functions.data.models import (
 )
 from functions.validation import (
     FileCheck,
+    FileChecker,
     KeyKind,
     PairResult,
     Reason,
@@ -48,8 +49,7 @@ from functions.validation import (
     Status,
     ValidationConfig,
     check_batch_safety,
-    check_image,
-    check_label,
+    check_in_process,
     check_landing_key,
     classify_key,
     judge_pair,
@@ -106,6 +106,8 @@ def parse_notification(body: str) -> list[S3ObjectEvent]:
 @dataclass(kw_only=True)
 class Intake(Bookkeeper):
     config: ValidationConfig
+    # The Lambda checks files in a child process killed at a time limit (`DecoderProcess`).
+    check_file: FileChecker = check_in_process
     pause: Callable[[float], None] = time.sleep
     grown: set[str] = field(default_factory=set)  # batches in which this invocation curated a pair
 
@@ -202,7 +204,7 @@ class Intake(Bookkeeper):
             reason = unmovable_reason(refused, relative)
             check = FileCheck(key=relative, role=role, size_bytes=obj.size, reasons=(reason,))
         else:
-            check = (check_image if role is Role.IMAGE else check_label)(body, relative, self.config)
+            check = self.check_file(role, body, relative, self.config)
         side = Side(key=obj.key, version=version, check=check, sequencer=obj.sequencer)
         # Even a broken file joins its pair: its partner must learn that it was rejected.
         return self._pair_up_again_on_conflict(batch, kind.stem, role, side)

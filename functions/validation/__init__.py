@@ -4,8 +4,8 @@ Pure Python on Pillow (no AWS SDK, no numpy, no torch) so the intake Lambda stay
 checks take bytes or a binary file object plus the object's key, never a path; duplicate
 detection and Ground Truth source reads go through small injected protocols.
 
-The intake Lambda, one object at a time:
-    check = check_image(body, key, config)          # or check_label(...)
+The intake Lambda, one object at a time, in a child process killed at a time limit:
+    check = DecoderProcess(limit_seconds)(Role.IMAGE, body, key, config)   # check_image in the child
     ... keep `check` in the ledger until the partner lands, then:
     result = judge_pair(stem, image_check, label_check, taxonomy=config.taxonomy, index=index)
 A whole batch or manifest (the CLI, the sweeper):
@@ -14,6 +14,13 @@ A whole batch or manifest (the CLI, the sweeper):
 """
 
 from functions.validation.config import DEFAULT_CONFIG, ValidationConfig
+from functions.validation.decoder_process import (
+    DecoderProcess,
+    DecoderUnavailableError,
+    FileChecker,
+    check_in_process,
+    keep_from_children,
+)
 from functions.validation.decoding import Readable, Source, StrictDecodingDisabledError
 from functions.validation.duplicates import ContentIndex, InMemoryContentIndex
 from functions.validation.groundtruth import (
@@ -59,7 +66,10 @@ __all__ = [
     "BatchKey",
     "BatchReader",
     "ContentIndex",
+    "DecoderProcess",
+    "DecoderUnavailableError",
     "FileCheck",
+    "FileChecker",
     "GroundTruthEntry",
     "InMemoryContentIndex",
     "KeyKind",
@@ -82,11 +92,13 @@ __all__ = [
     "check_batch_safety",
     "check_groundtruth_label",
     "check_image",
+    "check_in_process",
     "check_key_safety",
     "check_label",
     "check_landing_key",
     "classify_key",
     "judge_pair",
+    "keep_from_children",
     "missing",
     "parse_entry",
     "plan_pairs",

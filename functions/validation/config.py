@@ -39,6 +39,10 @@ class ValidationConfig(BaseModel):
     max_pixels: int = Field(default=40_000_000, ge=1, le=PILLOW_MAX_IMAGE_PIXELS)
     max_file_bytes: int = Field(default=64 * 1024 * 1024, ge=1)
     max_key_bytes: int = Field(default=1024, ge=1, le=1024)
+    # Scans of one JPEG: a camera writes 1, Pillow's and libjpeg's progressive mode 10 (6 for
+    # grayscale), mozjpeg a dozen or so. Each scan makes libjpeg pass over every block of the
+    # image again, so a few kilobytes of scans hold a decoder for seconds per hundred.
+    max_jpeg_scans: int = Field(default=100, ge=1)
     # Ground Truth class name -> taxonomy class name, or None for "ignore". A Ground Truth name
     # that is itself a taxonomy class maps to it without an entry here.
     groundtruth_class_map: dict[str, str | None] = Field(default_factory=_background_is_ignored)

@@ -9,6 +9,7 @@ code, never a traceback.
 from __future__ import annotations
 
 import io
+import re
 import struct
 import warnings
 import zlib
@@ -31,6 +32,15 @@ _ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), 
 # valid mask's last row never looks unwritten (see `check_rows_complete`).
 _UNWRITTEN = (254, 1, 253, 2)
 _INFLATE_STEP = 1 << 20
+
+# JPEG markers that stand alone, without a length: TEM and the restart markers RST0-7 (SOI and
+# EOI are handled apart).
+_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
+_JPEG_SOS, _JPEG_EOI = 0xDA, 0xD9
+# The next marker in a scan's entropy-coded data: 0xFF followed by neither a stuffed 0x00, a fill
+# 0xFF nor a restart marker. One byte each side, never `\xff+`: a long run of 0xFF would make the
+# search quadratic.
+_JPEG_NEXT_MARKER = re.compile(rb"\xff[^\x00\xff\xd0-\xd7]")
 
 # Pillow names a JPEG with a multi-picture index (some cameras write one) MPO.
 _PILLOW_NAMES = {"JPEG": ("JPEG", "MPO"), "PNG": ("PNG",)}
@@ -119,6 +129,49 @@ def check_content_format(data: bytes, expected: str, extension: str) -> None:
         raise RejectedError(
             ReasonCode.EXTENSION_MISMATCH,
             f"the name ends in {extension} but the content is {found}",
+        )
+
+
+def jpeg_scans(data: bytes, stop_after: int) -> int:
+    """How many scans (SOS markers) the JPEG's first image has, counted up to `stop_after` + 1.
+
+    Walked segment by segment, by their lengths, so that an SOS inside another segment (an EXIF
+    thumbnail is a whole JPEG) is not counted; after each scan header, its entropy-coded data is
+    skipped with one search for the next marker. Linear in the file's size, whatever its bytes:
+    a corrupt file just stops the count, and Pillow says what is wrong with it.
+    """
+    scans, at = 0, 2  # after SOI
+    while at + 1 < len(data) and data[at] == 0xFF:
+        marker = data[at + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            at += 1
+            continue
+        if marker == _JPEG_EOI:
+            break
+        if marker in _JPEG_STANDALONE:
+            at += 2
+            continue
+        at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+        if marker == _JPEG_SOS:
+            scans += 1
+            if scans > stop_after:
+                break
+            found = _JPEG_NEXT_MARKER.search(data, at)
+            if found is None:
+                break
+            at = found.start()
+    return scans
+
+
+def check_jpeg_scans(data: bytes, limit: int) -> None:
+    """Refuse a JPEG with more than `limit` scans before any pixel is decoded: libjpeg decodes
+    every scan over the whole image, so a small file of many scans holds it for minutes."""
+    scans = jpeg_scans(data, limit)
+    if scans > limit:
+        raise RejectedError(
+            ReasonCode.JPEG_TOO_MANY_SCANS,
+            f"the progressive JPEG has more than {limit} scans (cameras write 1, encoders about 10); "
+            "not decoded: re-export it as a baseline JPEG",
         )
 
 

@@ -13,6 +13,7 @@ from functions.validation.decoding import (
     check_content_format,
     check_declared_size,
     check_frames,
+    check_jpeg_scans,
     open_header,
     png_header,
     read_source,
@@ -75,6 +76,8 @@ def open_checked(source: Source, facts: FileFacts, extensions: frozenset[str], c
         header = png_header(data)
         facts.width, facts.height = header.width, header.height
         check_declared_size(header.width, header.height, config)
+    else:
+        check_jpeg_scans(data, config.max_jpeg_scans)
     image = open_header(data, expected)
     facts.format, facts.mode = image.format, image.mode
     facts.width, facts.height = image.size

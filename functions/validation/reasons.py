@@ -32,11 +32,13 @@ class ReasonCode(StrEnum):
     IMAGE_TOO_SMALL = "image_too_small"
     IMAGE_MODE_UNSUPPORTED = "image_mode_unsupported"
     IMAGE_ANIMATED = "image_animated"
+    JPEG_TOO_MANY_SCANS = "jpeg_too_many_scans"
     # Decoding.
     IMAGE_TRUNCATED = "image_truncated"
     IMAGE_UNDECODABLE = "image_undecodable"
     IMAGE_ROWS_MISSING = "image_rows_missing"
     IMAGE_EXIF_ROTATED = "image_exif_rotated"
+    DECODE_TOO_SLOW = "decode_too_slow"
     # Masks.
     MASK_NOT_SINGLE_CHANNEL = "mask_not_single_channel"
     MASK_NOT_8BIT = "mask_not_8bit"
@@ -79,6 +81,10 @@ DESCRIPTIONS: dict[ReasonCode, str] = {
     ReasonCode.IMAGE_TOO_SMALL: "width or height below the configured bounds",
     ReasonCode.IMAGE_MODE_UNSUPPORTED: ("the image is not RGB or grayscale (e.g. CMYK, RGBA, 16-bit)"),
     ReasonCode.IMAGE_ANIMATED: "the file holds several frames (animated PNG, multi-picture)",
+    ReasonCode.JPEG_TOO_MANY_SCANS: (
+        "a progressive JPEG with more scans than the limit (cameras write 1, encoders about 10): each "
+        "scan makes the decoder pass over the whole image again (rejected before decoding)"
+    ),
     ReasonCode.IMAGE_TRUNCATED: "the file ends before its pixel data does",
     ReasonCode.IMAGE_UNDECODABLE: "the file is corrupt: the decoder failed",
     ReasonCode.IMAGE_ROWS_MISSING: (
@@ -87,6 +93,10 @@ DESCRIPTIONS: dict[ReasonCode, str] = {
     ),
     ReasonCode.IMAGE_EXIF_ROTATED: (
         "the image's EXIF orientation rotates or mirrors it for display, but training reads the stored pixels"
+    ),
+    ReasonCode.DECODE_TOO_SLOW: (
+        "checking the file took longer than the intake's decode time limit: it was stopped (a file "
+        "built to be slow to decode, or one too large for the function's memory and CPU)"
     ),
     ReasonCode.MASK_NOT_SINGLE_CHANNEL: "the mask has color or alpha channels instead of class ids",
     ReasonCode.MASK_NOT_8BIT: "the mask is not 8 bits per pixel (1-, 2-, 4- or 16-bit gray)",

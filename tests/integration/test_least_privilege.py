@@ -38,6 +38,8 @@ NOT_REACHED = {
     ("IntakeFunction", "s3:AbortMultipartUpload", "{bucket}/dataset/labels/*"): "a failed copy of a file over 5 GiB",
     ("IntakeFunction", "s3:AbortMultipartUpload", "{bucket}/quarantine/*"): "a failed copy of a file over 5 GiB",
     ("IntakeFunction", "dynamodb:DeleteItem", "{idempotency}"): "Powertools deletes its record when processing fails",
+    ("IntakeFunction", "sqs:SendMessage", "{intake_queue}"): "a record left unstarted for lack of time",
+    ("IntakeFunction", "sqs:DeleteMessage", "{intake_queue}"): "a record delivered again, after others finished",
     ("IntakeFunction", "dynamodb:GetItem", "{idempotency}"): "a redelivered event: Powertools reads the record it hit",
     ("SweeperFunction", "s3:AbortMultipartUpload", "{bucket}/quarantine/*"): "a failed copy of a file over 5 GiB",
     ("TriggerFunction", "s3:GetObject", "{bucket}/dataset/manifests/*"): "an operator's rerun of a frozen version",

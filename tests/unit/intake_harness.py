@@ -19,7 +19,7 @@ from functions.common.models import S3ObjectEvent
 from functions.data.ledger import Ledger
 from functions.data.storage import COPY_OBJECT_MAX_BYTES, DataBucket
 from functions.intake.logic import Intake
-from functions.validation import DEFAULT_CONFIG, ValidationConfig
+from functions.validation import DEFAULT_CONFIG, FileChecker, ValidationConfig, check_in_process
 from retrain.local.cloudformation.stack import create_ledger_table
 
 if TYPE_CHECKING:
@@ -69,10 +69,12 @@ def emulated_intake(
     config: ValidationConfig = DEFAULT_CONFIG,
     multipart_threshold: int = COPY_OBJECT_MAX_BYTES,
     encrypted: bool = False,
+    check_file: FileChecker = check_in_process,
 ) -> Iterator[Harness]:
     """An Intake whose bucket is a `bucket_type` (a subclass can make a call fail), copying objects
     above `multipart_threshold` bytes in parts; `encrypted`: the bucket's default encryption is a
-    KMS key of its own, the one the intake accepts, as the template has it."""
+    KMS key of its own, the one the intake accepts, as the template has it; `check_file`: how it
+    checks a file (the Lambda's is a `DecoderProcess`)."""
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
         dynamodb = boto3.client("dynamodb", region_name="us-east-1")
@@ -92,5 +94,5 @@ def emulated_intake(
         clock = [UPLOADED]
         ledger = Ledger(dynamodb, LEDGER)
         bucket = bucket_type(s3, BUCKET, multipart_threshold=multipart_threshold, data_key_arn=key_arn)
-        intake = Intake(ledger=ledger, bucket=bucket, config=config, clock=lambda: clock[0])
+        intake = Intake(ledger=ledger, bucket=bucket, config=config, check_file=check_file, clock=lambda: clock[0])
         yield Harness(intake, s3, dynamodb, clock, key_arn)

@@ -5,12 +5,20 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
+import random
+import sys
+import time
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
 import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
+from botocore.exceptions import ClientError
 
+from functions.common.errors import AwsServiceBusyError
 from functions.data.ledger import Ledger
 from functions.intake.logic import Intake
 from retrain.local.cloudformation.stack import OfflineStack
@@ -18,6 +26,7 @@ from retrain.local.lambda_runtime.contract import LambdaContext
 from tests.conftest import load_event
 from tests.integration.data_drops import scene
 from tests.integration.helpers import queue_depth
+from tests.unit.validation.corpus import many_scans_jpeg
 
 BATCH = "handler-test"
 
@@ -97,6 +106,37 @@ def test_a_new_version_of_the_same_key_is_processed_again(deployed: OfflineStack
     intake(_as_aws_sends_it(_redelivered_later(event), again))
 
     assert len(_idempotency_records(deployed)) == 4
+
+
+def test_the_crafted_jpeg_is_refused_and_the_pair_in_its_batch_curated_by_a_child_without_credentials(
+    deployed: OfflineStack, handler: Any
+) -> None:
+    """The handler as deployed: its files are checked in its DecoderProcess, whose environment holds
+    none of the function's AWS variables, and the crafted JPEG never reaches a decoder."""
+    intake = handler("IntakeFunction", DECODE_TIMEOUT_SECONDS="1")
+    decoder = sys.modules["functions.intake.app"].decoder
+    _upload_street_scene(deployed)
+    deployed.aws.s3.put_object(
+        Bucket=deployed.ref("DataBucket"), Key=f"incoming/{BATCH}/images/crafted.jpg", Body=many_scans_jpeg()
+    )
+    messages = _receive(deployed)
+
+    started = time.monotonic()
+    response = intake(_as_lambda_delivers(deployed, messages))
+
+    assert response == {"batchItemFailures": []}
+    assert time.monotonic() - started < 5
+    fates = {r.key: r for r in Ledger(deployed.aws.dynamodb, deployed.ref("LedgerTable")).files(BATCH)}
+    crafted = fates[f"incoming/{BATCH}/images/crafted.jpg"]
+    assert [reason.code for reason in crafted.reasons] == ["jpeg_too_many_scans"]
+    pair = (f"incoming/{BATCH}/images/street 1.jpg", f"incoming/{BATCH}/labels/street 1.png")
+    assert {fates[key].status.value for key in pair} == {"curated"}
+    assert decoder.limit_seconds == 1.0
+    assert decoder.pid is not None, "the checks ran in the child"
+    names = {entry.split(b"=", 1)[0] for entry in Path(f"/proc/{decoder.pid}/environ").read_bytes().split(b"\0")}
+    assert "AWS_ACCESS_KEY_ID" in os.environ, "the function has credentials"
+    assert not {name for name in names if name.startswith(b"AWS")}, "the child has none"
+    decoder.close()
 
 
 class _Kept(logging.Handler):
@@ -212,9 +252,12 @@ def _settle(stack: OfflineStack, messages: list[dict[str, Any]], response: dict[
     failed = {f["itemIdentifier"] for f in response["batchItemFailures"]}
     for message in messages:
         if message["MessageId"] in failed:
-            stack.aws.sqs.change_message_visibility(
-                QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
-            )
+            try:
+                stack.aws.sqs.change_message_visibility(
+                    QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+                )
+            except ClientError:
+                failed.discard(message["MessageId"])  # the function deleted it itself: it is done
         else:
             stack.aws.sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
     return {_key_of(m) for m in messages if m["MessageId"] in failed}
@@ -231,7 +274,7 @@ def _recorded(stack: OfflineStack) -> set[str]:
     return {record.key for record in Ledger(stack.aws.dynamodb, stack.ref("LedgerTable")).files(BATCH)}
 
 
-def test_records_left_when_time_runs_short_go_back_to_the_queue_unstarted(
+def test_records_left_when_time_runs_short_go_back_to_the_queue_unstarted_as_new_messages(
     deployed: OfflineStack, handler: Any, clock: _Clock
 ) -> None:
     _upload_images(deployed, ["a", "b", "c", "d", "e"])
@@ -240,40 +283,170 @@ def test_records_left_when_time_runs_short_go_back_to_the_queue_unstarted(
 
     response = handler("IntakeFunction")(_as_lambda_delivers(deployed, messages), clock.context(deployed))
 
-    # 60 s, then 40 s, then 20 s left: started; then 0 s, below the 10 s margin: sent back.
-    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [m["MessageId"] for m in messages[3:]]
-    assert _recorded(deployed) == set(keys[:3]), "the records sent back were not touched"
-    assert len(_idempotency_records(deployed)) == 3, "nor claimed: their redelivery is processed afresh"
+    # 60 s, then 40 s, then 20 s left: started; then 0 s, below the 15 s margin: sent again.
+    assert response == {"batchItemFailures": []}, "the originals are done: their receive counts end with them"
+    _settle(deployed, messages, response)
+    assert _recorded(deployed) == set(keys[:3]), "the records sent again were not touched"
+    assert len(_idempotency_records(deployed)) == 3, "nor claimed: their new messages are processed afresh"
+    again = _receive(deployed)
+    assert sorted(_key_of(m) for m in again) == sorted(keys[3:])
+    assert {m["Attributes"]["ApproximateReceiveCount"] for m in again} == {"1"}, "new messages: no try spent"
 
 
-def test_a_record_sent_back_for_time_goes_first_when_it_comes_back_and_never_reaches_the_dlq(
+def _dead_letter_arn(stack: OfflineStack) -> str:
+    dead = stack.aws.sqs.get_queue_attributes(QueueUrl=stack.ref("IntakeDeadLetterQueue"), AttributeNames=["QueueArn"])
+    return dead["Attributes"]["QueueArn"]
+
+
+def _redrive_after(stack: OfflineStack, deliveries: int) -> None:
+    """The queue's RedrivePolicy (template.yaml's IntakeMaxReceiveCount), lowered for the story."""
+    stack.aws.sqs.set_queue_attributes(
+        QueueUrl=stack.ref("IntakeQueue"),
+        Attributes={
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": _dead_letter_arn(stack), "maxReceiveCount": deliveries})
+        },
+    )
+
+
+def test_a_record_left_for_time_again_and_again_never_reaches_the_dlq(
     deployed: OfflineStack, handler: Any, clock: _Clock
 ) -> None:
-    sqs, queue = deployed.aws.sqs, deployed.ref("IntakeQueue")
-    dead = sqs.get_queue_attributes(QueueUrl=deployed.ref("IntakeDeadLetterQueue"), AttributeNames=["QueueArn"])[
-        "Attributes"
-    ]["QueueArn"]
-    # Two deliveries at most: a record sent back twice would be dead.
-    sqs.set_queue_attributes(
-        QueueUrl=queue,
-        Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dead, "maxReceiveCount": "2"})},
-    )
-    intake = handler("IntakeFunction")
-    _upload_images(deployed, ["a0", "a1", "a2", "a3", "a4", "a5"])
-    first = _receive(deployed)
-    sent_back = _settle(deployed, first, intake(_as_lambda_delivers(deployed, first), clock.context(deployed)))
-    assert len(sent_back) == 3
+    _redrive_after(deployed, 2)  # a record sent back twice as a failure would be dead
+    intake = handler("IntakeFunction", MAX_RECEIVE_COUNT="2")
+    _upload_images(deployed, [f"a{i}" for i in range(8)])
+    rounds = 0
+    while messages := _receive(deployed):
+        rounds += 1
+        _settle(deployed, messages, intake(_as_lambda_delivers(deployed, messages), clock.context(deployed)))
 
-    # Two fresh uploads join them, and SQS hands the batch over fresh ones first (it keeps no order).
-    _upload_images(deployed, ["b0", "b1"])
-    second = sorted(_receive(deployed), key=lambda m: int(m["Attributes"]["ApproximateReceiveCount"]))
-    assert {_key_of(m) for m in second[2:]} == sent_back, "the fresh ones first, the ones sent back last"
-    sent_back_again = _settle(deployed, second, intake(_as_lambda_delivers(deployed, second), clock.context(deployed)))
-
-    assert not sent_back & sent_back_again, "a record sent back once went ahead of the fresh ones"
-    third = _receive(deployed)
-    assert {_key_of(m) for m in third} == sent_back_again
-    _settle(deployed, third, intake(_as_lambda_delivers(deployed, third), clock.context(deployed)))
-    assert _receive(deployed) == []
+    assert rounds == 3, "three records an invocation: 8 took three, 5 of them waited once, 2 twice"
     assert queue_depth(deployed, "IntakeDeadLetterQueue") == 0
     assert len(_recorded(deployed)) == 8, "every upload processed"
+
+
+POISON_MS = 40_000  # what the poison record "takes" before it fails
+
+
+@pytest.fixture
+def poison(monkeypatch: pytest.MonkeyPatch, clock: _Clock) -> str:
+    """A record that fails every time, slowly (say an S3 read that keeps failing after its
+    retries): its object is `poison.jpg`."""
+    process = Intake.process  # the clock's: every object costs OBJECT_MS
+
+    def failing(self: Intake, obj: Any) -> Any:
+        if obj.key.endswith("/poison.jpg"):
+            clock.spent_ms += POISON_MS
+            raise AwsServiceBusyError("S3 still failing after botocore's retries")
+        return process(self, obj)
+
+    monkeypatch.setattr(Intake, "process", failing)
+    return "poison"
+
+
+def _invoke(intake: Any, stack: OfflineStack, messages: list[dict[str, Any]], clock: _Clock) -> dict[str, Any]:
+    """The handler's answer as Lambda's poller takes it: an error (Powertools raises when every
+    record of the batch failed) fails every record."""
+    try:
+        return intake(_as_lambda_delivers(stack, messages), clock.context(stack))  # type: ignore[no-any-return]
+    except BatchProcessingError:
+        return {"batchItemFailures": [{"itemIdentifier": m["MessageId"]} for m in messages]}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_poison_record_reaches_the_dlq_alone_and_every_healthy_one_is_processed(
+    deployed: OfflineStack, handler: Any, clock: _Clock, poison: str, seed: int
+) -> None:
+    """SQS's redelivery and dead-lettering as moto plays them (a real RedrivePolicy), batches in an
+    order SQS does not promise (shuffled): the poison is tried on its last delivery, fails, and is
+    moved to the DLQ; no healthy message is ever failed with it, nor left to wait as a failure."""
+    order = random.Random(seed)
+    _redrive_after(deployed, 3)
+    intake = handler("IntakeFunction", MAX_RECEIVE_COUNT="3")
+    kept = _Kept()
+    logging.getLogger("intake").addHandler(kept)
+    _upload_images(deployed, [poison, *(f"h{i}" for i in range(6))])
+    rounds = 0
+    try:
+        while (messages := _receive(deployed)) and rounds < 10:
+            rounds += 1
+            order.shuffle(messages)
+            failed = _settle(deployed, messages, _invoke(intake, deployed, messages, clock))
+            assert failed <= {f"incoming/{BATCH}/images/{poison}.jpg"}, f"round {rounds}: only the poison fails"
+    finally:
+        logging.getLogger("intake").removeHandler(kept)
+
+    assert queue_depth(deployed, "IntakeQueue") == 0
+    assert queue_depth(deployed, "IntakeDeadLetterQueue") == 1
+    (dead,) = deployed.aws.sqs.receive_message(QueueUrl=deployed.ref("IntakeDeadLetterQueue"))["Messages"]
+    assert _key_of(dict(dead)) == f"incoming/{BATCH}/images/{poison}.jpg"
+    assert _recorded(deployed) == {f"incoming/{BATCH}/images/h{i}.jpg" for i in range(6)}, "every healthy one done"
+    tries = [r.deliveries for r in kept.records if r.getMessage().startswith("record failed")]  # type: ignore[attr-defined]
+    assert tries[-1] == 3, "the poison had its last try before the DLQ"
+
+
+class _Stopped(BaseException):
+    """Lambda stopping the function mid-record (its timeout, or the process crashing): nothing
+    after it runs, and nothing is answered. A BaseException, so no `except Exception` sees it."""
+
+
+@pytest.fixture
+def killer(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A record that ends its whole invocation, every time: its object is `killer.jpg`."""
+    process = Intake.process
+
+    def stopping(self: Intake, obj: Any) -> Any:
+        if obj.key.endswith("/killer.jpg"):
+            raise _Stopped
+        return process(self, obj)
+
+    monkeypatch.setattr(Intake, "process", stopping)
+    return "killer"
+
+
+def _invoke_until_stopped(intake: Any, stack: OfflineStack, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """As Lambda's poller sees it: an invocation that was stopped (or raised) failed every record."""
+    every = {"batchItemFailures": [{"itemIdentifier": m["MessageId"]} for m in messages]}
+    try:
+        return intake(_as_lambda_delivers(stack, messages))  # type: ignore[no-any-return]
+    except (_Stopped, BatchProcessingError):
+        return every
+
+
+def _visibility_timeout_passes(stack: OfflineStack) -> None:
+    """What the queue's visibility timeout (360 s, six function timeouts) lets pass before a
+    stopped invocation's records come back: the idempotency records it left in progress expire,
+    so the redelivery runs the record again instead of meeting "already in progress"."""
+    table = stack.ref("IdempotencyTable")
+    for item in stack.aws.dynamodb.scan(TableName=table)["Items"]:
+        if item.get("status", {}).get("S") == "INPROGRESS":
+            stack.aws.dynamodb.update_item(
+                TableName=table,
+                Key={"id": item["id"]},
+                UpdateExpression="SET in_progress_expiration = :past",
+                ExpressionAttributeValues={":past": {"N": "0"}},
+            )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_record_that_ends_its_invocation_every_time_reaches_the_dlq_alone(
+    deployed: OfflineStack, handler: Any, killer: str, seed: int
+) -> None:
+    """Each time the killer runs, Lambda returns its whole batch: only what the function deleted
+    itself before starting it stays done. Redelivered, the killer is known by the marker it left,
+    goes last, and takes nothing with it; healthy records that came back with it are done on a
+    later delivery, never in the DLQ."""
+    order = random.Random(seed)
+    _redrive_after(deployed, 3)
+    intake = handler("IntakeFunction", MAX_RECEIVE_COUNT="3")
+    _upload_images(deployed, [killer, *(f"h{i}" for i in range(6))])
+    rounds = 0
+    while (messages := _receive(deployed)) and rounds < 10:
+        rounds += 1
+        order.shuffle(messages)
+        _settle(deployed, messages, _invoke_until_stopped(intake, deployed, messages))
+        _visibility_timeout_passes(deployed)
+
+    assert queue_depth(deployed, "IntakeQueue") == 0
+    dead = deployed.aws.sqs.receive_message(QueueUrl=deployed.ref("IntakeDeadLetterQueue"), MaxNumberOfMessages=10)
+    assert [_key_of(dict(m)) for m in dead.get("Messages", [])] == [f"incoming/{BATCH}/images/{killer}.jpg"]
+    assert _recorded(deployed) == {f"incoming/{BATCH}/images/h{i}.jpg" for i in range(6)}, "every healthy one done"

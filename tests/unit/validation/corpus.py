@@ -146,3 +146,29 @@ def with_jpeg_size(data: bytes, width: int, height: int) -> bytes:
     """A real JPEG whose start-of-frame header declares another size."""
     at = data.index(b"\xff\xc0") + 5  # marker, length (2), precision (1)
     return data[:at] + struct.pack(">HH", height, width) + data[at + 4 :]
+
+
+def many_scans_jpeg(size: tuple[int, int] = (6000, 6000), scans: int = 4000) -> bytes:
+    """A valid progressive grayscale JPEG followed by `scans` more AC scans of its one component:
+    the crafted file of the security review. Each scan is a dozen bytes of header and a few EOB
+    runs (one Huffman symbol skips up to 32,767 blocks), yet libjpeg walks every block of the
+    image for it: 4,000 scans of 6000x6000 are 381 KB, far within the size caps, and hold Pillow
+    for seconds per hundred scans. libjpeg accepts the repeated scans: each one's Ah (0) matches
+    the state the one before left, so not even a warning."""
+    width, height = size
+    base = encode(Image.new("L", size, 128), "JPEG", progressive=True, quality=90)
+    assert base.endswith(b"\xff\xd9")
+
+    def segment(marker: int, payload: bytes) -> bytes:
+        return struct.pack(">BBH", 0xFF, marker, len(payload) + 2) + payload
+
+    # AC table 1: EOB14 (0xE0) is code 0, EOB0 (0x00) code 10; EOB14 and 14 one-bits: 32,767 blocks.
+    table = segment(0xC4, bytes([0x11, 1, 1, *[0] * 14, 0xE0, 0x00]))
+    blocks = -(-width // 8) * -(-height // 8)
+    bits = "0" + "1" * 14
+    stream = bits * -(-blocks // 32767)
+    stream += "1" * (-len(stream) % 8)
+    entropy = int(stream, 2).to_bytes(len(stream) // 8, "big").replace(b"\xff", b"\xff\x00")
+    # Component 1, DC table 0 and AC table 1, coefficients 1-63, first pass (Ah 0, Al 0).
+    scan = segment(0xDA, bytes([1, 1, 0x01, 1, 63, 0x00])) + entropy
+    return base[:-2] + table + scan * scans + b"\xff\xd9"
