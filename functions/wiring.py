@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         IntakeSettings,
         NotifySettings,
         PrepareRunSettings,
+        ReleaseSettings,
         RunEndedSettings,
         SweeperSettings,
         TrainingJobSettings,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from functions.training_job.run import TrainingJobs
     from functions.training_job.waiting import JobWaits
     from functions.trigger.logic import Trigger
+    from functions.trigger.release import Release
     from functions.validation import FileChecker
 
 # Handlers wear it as their innermost decorator: AWS still throttling or failing (5xx) after
@@ -139,6 +141,13 @@ def trigger(settings: TriggerSettings) -> Trigger:
     )
 
 
+def release(settings: ReleaseSettings) -> Release:
+    from functions.trigger.release import Release
+
+    ledger = Ledger(clients.dynamodb(), settings.ledger_table)
+    return Release(lock=RunLock(ledger, _utc_now), kick=kick(settings.trigger_function))
+
+
 # ------------------------------------------------------------------------- a run --
 def run_preparer(settings: PrepareRunSettings) -> RunPreparer:
     from functions.prepare_run.logic import RunLockGuard, RunPreparer
@@ -197,7 +206,7 @@ def run_ended(settings: RunEndedSettings) -> RunEnded:
         clients.stepfunctions(),
         clients.lambda_(),
         settings.notify_function,
-        settings.trigger_function,
+        settings.release_function,
     )
 
 

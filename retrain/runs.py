@@ -9,7 +9,8 @@ A cancel stops the execution (so the run cannot go on to start a job or tell the
 time). StopExecution ends an execution without running its Catch, and RunEndedFunction, which
 hears every such end, stops the training job, tells the team the run was stopped and by whom
 (the stop's cause), and frees the lock: the cancel waits for that and says what it saw, and does
-it itself only if RunEndedFunction did not.
+it itself only if RunEndedFunction did not, freeing the lock through the stack's ReleaseFunction
+(with the operator's own credentials: `lambda:InvokeFunction` on it) as RunEndedFunction does.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 from functions.common import prefixes
 from functions.common.errors import RetrainError
 from functions.common.models import RunContext, RunState
-from functions.common.requests import NotifyRequest, TriggerInput, TriggerOutcome
+from functions.common.requests import NotifyRequest, ReleaseInput, ReleaseOutcome, TriggerInput, TriggerOutcome
 from functions.common.summary import RunSummary
 from functions.data.ledger import Ledger
 from functions.data.run_lock import RunLock
@@ -58,7 +59,8 @@ class RunNotRunningError(RetrainError):
 
 
 class TriggerFailedError(RetrainError):
-    """The trigger function was invoked but failed: its error, as Lambda returned it."""
+    """The trigger function (or the release function) was invoked but failed: its error, as Lambda
+    returned it."""
 
 
 class RunRow(BaseModel):
@@ -231,13 +233,15 @@ class Runs:
         ledger: Ledger,
         notifier: Notifier | None,
         who: str,
+        release: Callable[[str], bool],
         job_timeout: float = 120.0,
         progress: Callable[[str], None] = lambda _: None,
     ) -> CancelOutcome:
         """Stop the execution; RunEndedFunction, which every end of a run reaches, then stops the
         job, tells the team and frees the lock. This waits up to `job_timeout` for that and says
         what happened; only if nothing did (the rule disabled, the function failing) does it do
-        the same itself, so a cancel never leaves a job training or a lock held."""
+        the same itself (`release` frees the run's lock: `release_through` the stack's
+        ReleaseFunction), so a cancel never leaves a job training or a lock held."""
         arn = self.execution_arn(run)
         details = self.details(run)
         if details.status != "RUNNING":
@@ -269,7 +273,7 @@ class Runs:
                 summary_uri=summary.artifacts.summary if summary else None,
             )
         progress(f"RunEndedFunction did not clean up within {job_timeout:.0f} s: doing it here")
-        cleanup = RunCleanup(sagemaker, lambda _: job_name, RunLock(ledger, self.clock).release)
+        cleanup = RunCleanup(sagemaker, lambda _: job_name, release)
         if job_name is not None:
             job_status = _wait_for_stop(sagemaker, cleanup.stop_job(run), job_timeout, progress)
         told: list[Notified] = []
@@ -309,23 +313,44 @@ def start_now(lambda_client: LambdaClient, function_name: str, who: str) -> Trig
     start`). The deployed function decides, with its settings (split, settle time, lock), so a run
     started by hand is frozen exactly as a scheduled one; only the count and the delay are waived."""
     request = TriggerInput(action="start", source=f"retrain runs start ({who})")
-    response = lambda_client.invoke(
-        FunctionName=function_name,
-        InvocationType="RequestResponse",
-        Payload=request.model_dump_json(exclude_defaults=True).encode(),
-    )
-    payload = response["Payload"].read()
-    if response.get("FunctionError"):
-        try:
-            error = json.loads(payload)
-            detail = f"{error.get('errorType', 'Error')}: {error.get('errorMessage', '')}"
-        except (json.JSONDecodeError, AttributeError):
-            detail = payload.decode(errors="replace")[:500]
-        raise TriggerFailedError(f"the trigger function {function_name} failed: {detail}")
+    payload = _invoke(lambda_client, function_name, "trigger", request.model_dump_json(exclude_defaults=True))
     try:
         return TriggerOutcome.model_validate_json(payload)
     except ValidationError as error:
         raise TriggerFailedError(f"the trigger function {function_name} answered {payload[:200]!r}: {error}") from None
+
+
+def release_through(lambda_client: LambdaClient, function_name: str, who: str) -> Callable[[str], bool]:
+    """Free a run's lock as RunEndedFunction does, through the stack's ReleaseFunction (which then
+    has the trigger look for new data): True only for the call that freed it."""
+
+    def release(run: str) -> bool:
+        request = ReleaseInput(holder=run, source=f"retrain runs cancel ({who})")
+        payload = _invoke(lambda_client, function_name, "release", request.model_dump_json())
+        try:
+            return ReleaseOutcome.model_validate_json(payload).released
+        except ValidationError as error:
+            raise TriggerFailedError(
+                f"the release function {function_name} answered {payload[:200]!r}: {error}"
+            ) from None
+
+    return release
+
+
+def _invoke(lambda_client: LambdaClient, function_name: str, what: str, payload: str) -> bytes:
+    """The function's answer; its own failure, as Lambda returned it, is a TriggerFailedError."""
+    response = lambda_client.invoke(
+        FunctionName=function_name, InvocationType="RequestResponse", Payload=payload.encode()
+    )
+    answer = response["Payload"].read()
+    if response.get("FunctionError"):
+        try:
+            error = json.loads(answer)
+            detail = f"{error.get('errorType', 'Error')}: {error.get('errorMessage', '')}"
+        except (json.JSONDecodeError, AttributeError):
+            detail = answer.decode(errors="replace")[:500]
+        raise TriggerFailedError(f"the {what} function {function_name} failed: {detail}")
+    return answer
 
 
 def rerun_name(version: str, now: datetime) -> str:

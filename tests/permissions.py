@@ -92,6 +92,7 @@ FUNCTION_PLACEHOLDERS = {
     "IntakeFunction": "intake",
     "SweeperFunction": "sweeper",
     "TriggerFunction": "trigger",
+    "ReleaseFunction": "release",
     "PrepareRunFunction": "prepare_run",
     "DatasetSyncFunction": "dataset_sync",
     "TrainingJobFunction": "training_job",
@@ -205,13 +206,23 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         Grant(("s3:ListBucket",), ("{bucket}",), MISSING_IS_404 + " (a rerun of a version that has no manifest)"),
         S3_WRITE_KEY,
         Grant(
-            (*LEDGER_RW, "dynamodb:DeleteItem"),
+            LEDGER_RW,
             ("{ledger}",),
-            "the lock (taken, released), closed batches consumed, pairs stamped with their dataset version",
+            "the lock taken (never freed: ReleaseFunction frees it), closed batches consumed, pairs stamped "
+            "with their dataset version",
         ),
         Grant(("dynamodb:Query",), ("{ledger}/index/state",), "closed batches and curated pairs by state"),
         Grant(("states:StartExecution",), ("{state_machine}",), "starts the retraining run"),
         Grant(("states:DescribeExecution",), ("{executions}",), "is the lock holder's run still running?"),
+    ),
+    "ReleaseFunction": (
+        Grant(
+            ("dynamodb:DeleteItem",),
+            ("{ledger}",),
+            "frees the run lock, on condition that the named run holds it; no other item",
+            ("ForAllValues:StringEquals:dynamodb:LeadingKeys={lock}",),
+        ),
+        Grant(("lambda:InvokeFunction",), ("{trigger}",), "has the trigger look for new data after the release"),
     ),
     "PrepareRunFunction": (
         Grant(
@@ -319,7 +330,7 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
         Grant(("states:GetExecutionHistory",), ("{executions}",), "the state the run was in when it ended"),
         Grant(
             ("lambda:InvokeFunction",),
-            ("{notify}", "{trigger}"),
+            ("{notify}", "{release}"),
             "the failure branch's message and lock release, reused for the ends that skip it",
         ),
     ),
@@ -422,7 +433,7 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
                 "{training_job}",
                 "{evaluate_run}",
                 "{notify}",
-                "{trigger}",
+                "{release}",
             ),
             "every Task state invokes one of these functions (the ASL names no other resource)",
         ),

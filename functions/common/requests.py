@@ -10,10 +10,10 @@ A request that does not have the shape its sender documents fails with `InvalidE
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from functions.common.errors import InvalidEventError, InvalidRunInputError
 from functions.common.models import DatasetVersion, JobState, RunContext, RunName, RunState, SyncState
@@ -169,45 +169,71 @@ class NotifyRequest(BaseModel):
 
 
 class TriggerInput(BaseModel):
-    """What the trigger is invoked with, from any of its four callers.
+    """What the trigger is invoked with, from any of its callers.
 
-    - its schedule (EventBridge: `{"source": "aws.events", "detail-type": ...}`) and a kick after
-      batches close (`{"source": "batch closed", "time": ...}`): look for data ready to train on;
-    - the state machine's last state (`{"action": "release", "holder": <execution name>}`):
-      release that run's lock first, then look (data that came during the run starts the next);
+    - its schedule (EventBridge: `{"source": "aws.events", "detail-type": ...}`), a kick after
+      batches close (`{"source": "batch closed", "time": ...}`) and one after a run's lock was
+      released (ReleaseFunction's): look for data ready to train on;
     - a person (`retrain runs start`: `{"action": "start", "source": <who>}`): start a run on the
       new data there is now, however little and however recent; every other rule holds (the
       lock, settled batches, held pairs left out, both splits present).
+
+    It frees no lock: the intake and the sweeper may invoke it, and a function cannot tell who
+    invoked it. A run's lock is freed by ReleaseFunction (`ReleaseInput`), which only the state
+    machine and RunEndedFunction may invoke (IAM).
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    action: Literal["look", "release", "start"] = "look"
-    holder: RunName | None = None  # the run whose lock a release frees
+    action: Literal["look", "start"] = "look"
     source: str = "unknown"
     time: datetime | None = None  # when a kick was sent
 
-    @model_validator(mode="after")
-    def _release_names_its_holder(self) -> Self:
-        if self.action == "release" and self.holder is None:
-            raise ValueError("a release must name the holder (the execution) whose lock it frees")
-        return self
-
     @classmethod
     def parse(cls, event: Any) -> TriggerInput:
+        if isinstance(event, dict) and event.get("action") == "release":
+            raise InvalidEventError(
+                "the trigger frees no lock: a run's lock is released by ReleaseFunction, which only the "
+                "state machine and RunEndedFunction may invoke"
+            )
         try:
             return cls.model_validate(event)
         except ValidationError as exc:
             raise InvalidEventError(
-                f"the trigger's input is not a schedule, kick, release or start: "
+                f"the trigger's input is not a schedule, kick or start: "
                 f"{exc.errors(include_url=False, include_context=False)}"
             ) from exc
 
 
 class TriggerOutcome(BaseModel):
-    """What the trigger answers: the run it started, why (not), and for a release whether this
-    call freed the holder's lock (the one caller that did tells the team how the run ended)."""
+    """What the trigger answers: the run it started, and why (not)."""
 
     started: RunName | None  # the run started, if any
     reason: str
-    released: bool | None = None
+
+
+class ReleaseInput(BaseModel):
+    """ReleaseFunction: free the lock `holder` holds, by name, then have the trigger look for new
+    data. Sent by the state machine's last states and by RunEndedFunction (and `retrain runs
+    cancel`, with an operator's own credentials); no other principal of the stack may invoke it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    holder: RunName
+    source: str = Field(min_length=1, max_length=512)  # who releases, and why
+
+    @classmethod
+    def parse(cls, event: Any) -> ReleaseInput:
+        try:
+            return cls.model_validate(event)
+        except ValidationError as exc:
+            raise InvalidEventError(f"a release names its holder and source: {_problems(exc)}") from exc
+
+
+class ReleaseOutcome(BaseModel):
+    """What ReleaseFunction answers: whether this call freed `holder`'s lock (False: it was freed
+    before, or another holds it)."""
+
+    holder: RunName
+    released: bool

@@ -77,6 +77,12 @@ class TriggerSettings(LedgerSettings):
     val_fraction: float = Field(default=0.1, ge=0.0, lt=1.0)
 
 
+class ReleaseSettings(LedgerSettings):
+    """ReleaseFunction frees a run's lock and kicks the trigger, which looks for new data."""
+
+    trigger_function: str = Field(min_length=1)
+
+
 class PrepareRunSettings(LedgerSettings):
     """The first state of a run reads the manifest (the layout comes from `prefixes`) and makes
     sure its execution holds the run lock, as the trigger would have it."""
@@ -114,7 +120,7 @@ class RunEndedSettings(LedgerSettings):
     """The cleanup after a run that ended without its failure branch (`functions/run_ended`)."""
 
     notify_function: str = Field(min_length=1)
-    trigger_function: str = Field(min_length=1)
+    release_function: str = Field(min_length=1)
 
 
 class EvaluateRunSettings(LedgerSettings):

@@ -6,8 +6,8 @@ would keep running unseen, nobody would be told, and its lock would wait for the
 look. Step Functions publishes "Step Functions Execution Status Change" to EventBridge; the
 RunEnded rule hands ABORTED, TIMED_OUT and FAILED ones of this stack's state machine to
 `RunEnded.handle`, which runs the one clean-up (`cleanup.RunCleanup`): stop the job, free the
-lock through the trigger (which then looks for new data), and tell the team only if this call
-freed it. A failure branch that finished its work, a duplicated event or a retry of this
+lock through ReleaseFunction (which then has the trigger look for new data), and tell the team
+only if this call freed it. A failure branch that finished its work, a duplicated event or a retry of this
 function finds the lock freed already and sends nothing a second time.
 """
 
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from functions.common.errors import RunCleanupError
 from functions.common.models import JobState, RunState
-from functions.common.requests import NotifyRequest, TriggerInput, TriggerOutcome
+from functions.common.requests import NotifyRequest, ReleaseInput, ReleaseOutcome
 from functions.run_ended.cleanup import JobStop, RunCleanup
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class RunEnded:
     sfn: SFNClient
     lambda_client: LambdaClient
     notify_function: str
-    trigger_function: str
+    release_function: str
 
     def handle(self, change: ExecutionStatusChange) -> RunEndedOutcome:
         if change.status not in WHY:  # the rule sends only these; anything else is left alone
@@ -93,10 +93,10 @@ class RunEnded:
         )
 
     def _release(self, run: str, status: str) -> bool:
-        """Through the trigger, which then looks for data that came during the run."""
-        request = TriggerInput(action="release", holder=run, source=f"the run ended {status}")
-        answer = self._invoke(self.trigger_function, request.model_dump(mode="json"))
-        return TriggerOutcome.model_validate(answer).released is True
+        """Through ReleaseFunction, which then has the trigger look for data that came during the run."""
+        request = ReleaseInput(holder=run, source=f"RunEndedFunction: the run ended {status}")
+        answer = self._invoke(self.release_function, request.model_dump(mode="json"))
+        return ReleaseOutcome.model_validate(answer).released
 
     def _history(self, execution_arn: str) -> _History:
         """The run's dataset version (its input) and the state it was in when it ended."""

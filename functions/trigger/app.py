@@ -1,7 +1,8 @@
-"""Trigger: start a retraining when enough new data is ready; release the lock after a run.
+"""Trigger: start a retraining when enough new data is ready.
 
-Invoked on a schedule, after batches close, and by the state machine's last state with
-`{"action": "release", "holder": <execution name>}` (`TriggerInput`).
+Invoked on a schedule, after batches close, after a run's lock was released, and by a person's
+`retrain runs start` (`TriggerInput`). It frees no lock: ReleaseFunction does
+(`functions/trigger/release.py`).
 """
 
 from __future__ import annotations

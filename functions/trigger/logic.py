@@ -101,11 +101,8 @@ class Trigger:
     clock: Callable[[], datetime]
 
     def handle(self, request: TriggerInput) -> TriggerOutcome:
-        """Release the lock when asked to, then look for data ready to train on (a person's
-        `start` waives the count and the delay)."""
-        released = self.release(request.holder) if request.holder is not None else None
-        requested_by = request.source if request.action == "start" else None
-        return self.run(requested_by=requested_by).model_copy(update={"released": released})
+        """Look for data ready to train on (a person's `start` waives the count and the delay)."""
+        return self.run(requested_by=request.source if request.action == "start" else None)
 
     def run(self, requested_by: str | None = None) -> TriggerOutcome:
         now = self.clock()
@@ -191,9 +188,6 @@ class Trigger:
     @cached_property
     def lock(self) -> RunLock:
         return RunLock(self.ledger, self.clock, Executions(self.sfn, self.state_machine_arn))
-
-    def release(self, holder: str) -> bool:
-        return self.lock.release(holder)
 
     def _consume(self, batches: list[tuple[BatchRecord, int]]) -> None:
         """Consume batches whose curated pairs, as read, are all in a dataset version. One that an

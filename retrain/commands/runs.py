@@ -36,7 +36,7 @@ from functions.notify.secret import SlackWebhookSecret
 from functions.trigger.logic import Trigger, TriggerPolicy
 from retrain import target as targets
 from retrain.commands.options import JsonOption
-from retrain.runs import RunNotFoundError, RunNotRunningError, Runs, TriggerFailedError, start_now
+from retrain.runs import RunNotFoundError, RunNotRunningError, Runs, TriggerFailedError, release_through, start_now
 from retrain.target import RegionOption, StackOption, StackTarget, TargetError
 
 app = typer.Typer(help="See and steer retraining runs: list, show, start, rerun, cancel.", no_args_is_help=True)
@@ -227,12 +227,14 @@ def cancel(
     with _talking_to(target):
         runs = _runs(target)
         notifier = _notifier(target, runs) if notify else None
+        who = _who(target)
         outcome = runs.cancel(
             run,
             sagemaker=target.client("sagemaker"),
             ledger=Ledger(target.client("dynamodb"), target.output("LedgerTableName")),
             notifier=notifier,
-            who=_who(target),
+            who=who,
+            release=release_through(target.client("lambda"), target.output("ReleaseFunctionName"), who),
             job_timeout=job_timeout,
             progress=lambda line: progress.print(f"  {line}", soft_wrap=True),
         )

@@ -78,3 +78,20 @@ def released_code(stack: OfflineStack) -> dict[str, str]:
     release = read_json(stack, "code/current.json")
     bucket = stack.ref("DataBucket")
     return {"uri": f"s3://{bucket}/code/{release['sha256']}/sourcedir.tar.gz", "sha256": release["sha256"]}
+
+
+def release_and_look(stack: OfflineStack, run: str, source: str = "the state machine, the run finished") -> Any:
+    """What a run's last state does: ReleaseFunction frees the run's lock and kicks the trigger,
+    which looks for new data. The trigger's answer to that look."""
+    trigger = stack.ref("TriggerFunction")
+
+    def looks() -> list[Any]:
+        return [i for i in stack.runtime.invocations if i.function == trigger]
+
+    before = len(looks())
+    released = stack.runtime.invoke(stack.ref("ReleaseFunction"), {"holder": run, "source": source})
+    assert not released.failed and released.payload["released"] is True, f"{run} did not hold the lock: {released}"
+    wait_until(lambda: len(looks()) > before and not stack.runtime.queued.get(trigger), message="the trigger's look")
+    look = looks()[-1]
+    assert not look.failed, look.payload
+    return look.payload

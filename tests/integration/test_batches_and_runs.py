@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from tests.integration.data_drops import (
     wait_until,
 )
 from tests.integration.helpers import create_machine
-from tests.integration.runs import RUN_TIMEOUT
+from tests.integration.runs import RUN_TIMEOUT, release_and_look
 
 # scene(3) lands in the validation split (by its content hash), 1 and 2 in training: a run needs
 # both, and BatchNorm two images per step.
@@ -65,11 +66,16 @@ def test_a_drop_closed_by_its_marker_is_reported_frozen_and_trained_once(
     assert report["status"] == "closed" and report["closed_by"] == "marker"
     assert report["accepted"] == [f"scene-{i}" for i in WITH_VALIDATION]
     assert "# Batch munich-12" in read(data_stack, "reports/batches/munich-12/report.md").decode()
-    # The run's last state released the lock and looked for new data (there was none).
-    (trigger_after_run,) = [
-        i for i in data_stack.runtime.invocations if "Trigger" in i.function and i.payload["released"]
-    ]
-    assert trigger_after_run.payload["started"] is None
+    # The run's last state released the lock, and the trigger looked for new data (there was none).
+    (release,) = [i for i in data_stack.runtime.invocations if "ReleaseFunction" in i.function]
+    assert release.payload["released"] is True
+
+    def looks_after() -> list[Any]:
+        invocations = data_stack.runtime.invocations
+        return [i for i in invocations if "Trigger" in i.function and i.started_at > release.ended_at]
+
+    wait_until(lambda: bool(looks_after()), message="the trigger's look after the release")
+    assert all(i.payload["started"] is None for i in looks_after())
     assert_every_upload_accounted_for_once(data_stack)
 
 
@@ -136,9 +142,9 @@ def test_drops_that_land_during_a_run_start_exactly_one_follow_up(data_stack: Of
     assert trigger(data_stack)["reason"] == f"a run holds the lock: {first['name']}"
     assert len(executions(data_stack)) == 1
 
-    after = trigger(data_stack, action="release", holder=first["name"])
+    after = release_and_look(data_stack, first["name"])
 
-    assert after["released"] is True and after["started"]
+    assert after["started"]
     assert trigger(data_stack)["reason"] == f"a run holds the lock: {after['started']}"
     names = sorted(e["name"] for e in executions(data_stack))
     assert names == sorted([first["name"], after["started"]])

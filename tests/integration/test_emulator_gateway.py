@@ -68,7 +68,7 @@ def test_lambda_invoke_over_rest_reaches_the_stack_s_functions_with_lambda_s_ans
         # The function's own error is a 200 with FunctionError, as on Lambda, never a ClientError.
         failed = functions.invoke(FunctionName=trigger, Payload=b'{"action": "release"}')
         assert failed["StatusCode"] == 200 and failed["FunctionError"] == "Unhandled"
-        assert "must name the holder" in json.loads(failed["Payload"].read())["errorMessage"]
+        assert "the trigger frees no lock" in json.loads(failed["Payload"].read())["errorMessage"]
         assert functions.invoke(FunctionName=trigger, InvocationType="DryRun")["StatusCode"] == 204
         with pytest.raises(ClientError) as missing:
             functions.invoke(FunctionName="no-such-function", Payload=b"{}")

@@ -44,6 +44,7 @@ from tests.integration.data_drops import (
     uploads,
 )
 from tests.integration.helpers import create_machine, queue_depth
+from tests.integration.runs import release_and_look
 
 CONCURRENCY = 8
 DEFAULT_SEED = 1616
@@ -96,9 +97,7 @@ def end_the_run(stack: OfflineStack, run: str) -> dict[str, Any]:
     trigger look for new data; what the trigger answered."""
     (execution,) = [e for e in executions(stack) if e["name"] == run]
     stack.aws.stepfunctions.stop_execution(executionArn=execution["executionArn"])
-    released = stack.runtime.invoke(TRIGGER, {"action": "release", "holder": run, "source": "the run finished"})
-    assert not released.failed, released.payload
-    return released.payload  # type: ignore[no-any-return]
+    return release_and_look(stack, run)  # type: ignore[no-any-return]
 
 
 # ------------------------------------------------------------------ drops --
@@ -347,7 +346,7 @@ def test_three_teams_dropping_at_once_markers_first_each_file_gets_one_fate_and_
     (run,) = runs_started(unkind)
     assert manifest_pairs(unkind, run) == expected
     assert unkind.runtime.invoke(TRIGGER, {"source": "schedule"}).payload["reason"] == f"a run holds the lock: {run}"
-    assert end_the_run(unkind, run) == {"started": None, "reason": NOTHING_NEW, "released": True}
+    assert end_the_run(unkind, run) == {"started": None, "reason": NOTHING_NEW}
     assert runs_started(unkind) == [run]
     assert [name for name, _, _ in spans(unkind)] == [run], "one execution, the one the trigger's decision started"
     assert_the_lock_was_never_held_twice(unkind)
@@ -401,7 +400,7 @@ def test_files_that_arrive_after_their_marker_closed_the_batch_are_all_in_its_on
     ((name, started, _),) = spans(unkind)
     assert name == run
     assert started >= settled_at(unkind, batch), f"{run} started before {batch} settled"
-    assert end_the_run(unkind, run) == {"started": None, "reason": NOTHING_NEW, "released": True}
+    assert end_the_run(unkind, run) == {"started": None, "reason": NOTHING_NEW}
     assert runs_started(unkind) == [run]
     assert_the_lock_was_never_held_twice(unkind)
     assert_audit_is_clean(unkind)

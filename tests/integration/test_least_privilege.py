@@ -79,7 +79,7 @@ NOT_REACHED = {
     # RunEndedFunction acts after a console stop or a timeout only (tests/integration/test_run_ends.py).
     ("RunEndedFunction", "dynamodb:GetItem", "{ledger}"): "a run stopped from the console or timed out",
     ("RunEndedFunction", "lambda:InvokeFunction", "{notify}"): "the same: the team is told",
-    ("RunEndedFunction", "lambda:InvokeFunction", "{trigger}"): "the same: the lock is released",
+    ("RunEndedFunction", "lambda:InvokeFunction", "{release}"): "the same: the lock is released",
     ("RunEndedFunction", "sagemaker:DescribeTrainingJob", "{jobs}"): "the same: is its job still running?",
     ("RunEndedFunction", "sagemaker:StopTrainingJob", "{jobs}"): "the same: its job is stopped",
     ("RunEndedFunction", "states:GetExecutionHistory", "{executions}"): "the same: the state it was in",

@@ -24,7 +24,7 @@ from retrain.local.cloudformation.stack import OfflineStack, StackOptions
 from retrain.local.events.eventbridge import EXECUTION_STATUS_CHANGE, execution_status_detail
 from retrain.local.events.notifications import Misbehaviour
 from retrain.local.lambda_runtime.lambdas import Invocation
-from retrain.runs import CancelOutcome, Runs
+from retrain.runs import CancelOutcome, Runs, release_through
 from tests.integration.conftest import DATA, TRAINING
 from tests.integration.data_drops import drain, executions, wait_until
 from tests.integration.runs import drop_with_validation, history_states, job_names, read_json, run_to_end
@@ -199,8 +199,15 @@ def cancel(stack: OfflineStack, run: str, job_timeout: float) -> CancelOutcome:
         webhook=lambda: None,
     )
     ledger = Ledger(aws.dynamodb, stack.ref("LedgerTable"))
+    release = release_through(boto3.client("lambda", region_name="us-east-1"), stack.ref("ReleaseFunction"), "ops")
     return runs.cancel(
-        run, sagemaker=aws.sagemaker, ledger=ledger, notifier=notifier, who="ops", job_timeout=job_timeout
+        run,
+        sagemaker=aws.sagemaker,
+        ledger=ledger,
+        notifier=notifier,
+        who="ops",
+        release=release,
+        job_timeout=job_timeout,
     )
 
 

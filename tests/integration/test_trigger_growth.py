@@ -24,6 +24,7 @@ from tests.integration.data_drops import (
     wait_until,
 )
 from tests.integration.helpers import create_machine
+from tests.integration.runs import release_and_look
 
 # scene(3) lands in the validation split, 1 and 2 in training: the first run needs both.
 FIRST_DROP = (1, 2, 3)
@@ -78,7 +79,7 @@ def three_drops_each_trained_once(stack: OfflineStack) -> list[str]:
         wait_until_consumed(stack, batch)
         lock = ledger_of(stack).lock()
         assert lock is not None, f"the run of {batch} holds the lock"
-        assert trigger(stack, action="release", holder=lock.holder)["started"] is None, "nothing new after the run"
+        assert release_and_look(stack, lock.holder)["started"] is None, "nothing new after the run"
     assert len(executions(stack)) == 3
     return batches
 
@@ -128,7 +129,7 @@ def test_a_late_file_that_is_quarantined_brings_its_batch_back_only_until_the_ne
 
     looked = trigger(data_stack)
 
-    assert looked == {"started": None, "reason": "no new curated pairs in closed batches", "released": None}
+    assert looked == {"started": None, "reason": "no new curated pairs in closed batches"}
     assert in_state(data_stack, "batch-closed") == []
 
 

@@ -18,6 +18,7 @@ from functions.data.models import BatchTrust, Trust, TrustDecision
 from functions.data.reports import curated_contents
 from retrain.local.cloudformation.stack import OfflineStack
 from retrain.ops.trust import release_batch
+from tests.integration.runs import release_and_look
 from tests.integration.test_trigger_growth import (
     FIRST_DROP,
     drop,
@@ -41,7 +42,7 @@ def trusts_in_newest_version(stack: OfflineStack) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for entry in parse_manifest(body.decode()):
         found.setdefault(entry.batch, set()).add(entry.trust)
-    assert trigger(stack, action="release", holder=lock.holder)["started"] is None
+    assert release_and_look(stack, lock.holder)["started"] is None
     return found
 
 

@@ -549,3 +549,34 @@ def test_the_denied_lock_is_the_one_the_code_takes(body: dict[str, Any]) -> None
     denied = [s for s in resolved(body, "IntakeFunction") if s.effect == "Deny" and "dynamodb:*" in s.actions]
 
     assert [s.conditions for s in denied] == [{"ForAnyValue:StringEquals": {"dynamodb:LeadingKeys": LOCK_PK}}]
+
+
+# ------------------------------------------- who may free a run's lock (second review) --
+def test_only_the_state_machine_and_run_ended_may_invoke_the_release(body: dict[str, Any]) -> None:
+    """A function cannot tell who invoked it, so the boundary is IAM: the intake (which decodes
+    untrusted images) and the sweeper may nudge the trigger, which frees no lock, and cannot
+    invoke ReleaseFunction, which does."""
+    names = iam.placeholders(body, iam.fake_resolver(body))
+    release = iam.Need("lambda:InvokeFunction", names["release"])
+    trigger = iam.Need("lambda:InvokeFunction", names["trigger"])
+
+    invokers = {logical_id for logical_id in PERMISSIONS if iam.allowed(resolved(body, logical_id), release)}
+
+    assert invokers == {"RetrainStateMachine", "RunEndedFunction"}
+    for nudger in ("IntakeFunction", "SweeperFunction", "ReleaseFunction"):
+        assert iam.allowed(resolved(body, nudger), trigger), f"{nudger} still asks the trigger to look"
+
+
+def test_the_trigger_may_take_the_run_lock_and_never_free_it_and_the_release_touches_nothing_else(
+    body: dict[str, Any],
+) -> None:
+    from functions.data.ledger_batches import LOCK_PK  # noqa: PLC0415
+
+    trigger, release = resolved(body, "TriggerFunction"), resolved(body, "ReleaseFunction")
+
+    assert iam.allowed(trigger, _ledger_need(body, "dynamodb:PutItem", LOCK_PK)), "it takes the lock for a run"
+    assert not iam.allowed(trigger, _ledger_need(body, "dynamodb:DeleteItem", LOCK_PK))
+    assert iam.allowed(release, _ledger_need(body, "dynamodb:DeleteItem", LOCK_PK))
+    for action in ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"):
+        assert not iam.allowed(release, _ledger_need(body, action, "batch#munich-01")), action
+    assert not iam.allowed(release, _ledger_need(body, "dynamodb:PutItem", LOCK_PK)), "it takes no lock"

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from functions.common.errors import RunCleanupError
-from functions.common.requests import NotifyRequest, TriggerInput, TriggerOutcome
+from functions.common.requests import NotifyRequest, ReleaseInput, ReleaseOutcome
 from functions.data.ledger import Ledger
 from functions.data.run_lock import RunLock
 from functions.run_ended.logic import ExecutionStatusChange, RunEnded
@@ -36,8 +36,8 @@ JOB = "retrain-ds-20270301-080000-0badc0de"
 
 @dataclass
 class FakeLambda:
-    """Trigger and Notify as RunEndedFunction invokes them: the trigger's release frees the real
-    lock (and answers as the trigger does); Notify's requests are kept, or it fails."""
+    """ReleaseFunction and Notify as RunEndedFunction invokes them: the release frees the real lock
+    (and answers as ReleaseFunction does); Notify's requests are kept, or it fails."""
 
     lock: RunLock
     told: list[NotifyRequest] = field(default_factory=list)
@@ -47,12 +47,11 @@ class FakeLambda:
 
     def invoke(self, *, FunctionName: str, Payload: bytes) -> dict[str, Any]:  # noqa: N803 (boto3's names)
         payload = json.loads(Payload)
-        if FunctionName == "trigger":
-            request = TriggerInput.model_validate(payload)
-            assert request.action == "release" and request.holder is not None
+        if FunctionName == "release":
+            request = ReleaseInput.model_validate(payload)
             released = self.lock.release(request.holder)
             time.sleep(self.pause_seconds)
-            answer = TriggerOutcome(started=None, reason="released", released=released).model_dump()
+            answer = ReleaseOutcome(holder=request.holder, released=released).model_dump()
             return {"StatusCode": 200, "Payload": io.BytesIO(json.dumps(answer).encode())}
         assert FunctionName == "notify", FunctionName
         if self.notify_fails:
@@ -109,7 +108,7 @@ def story(ledger: Ledger, run: str = VERSION, *, version: str = VERSION) -> Stor
     assert lock.take(run, 3600, over=None, dataset_version=version) is not None
     ledger.record_run_job(run, JOB)
     lambda_, sagemaker = FakeLambda(lock), FakeSageMaker()
-    run_ended = RunEnded(ledger, sagemaker, FakeHistory(version), lambda_, "notify", "trigger")  # type: ignore[arg-type]
+    run_ended = RunEnded(ledger, sagemaker, FakeHistory(version), lambda_, "notify", "release")  # type: ignore[arg-type]
     return Story(ledger, lock, lambda_, sagemaker, run_ended)
 
 

@@ -78,5 +78,5 @@ def test_a_start_request_parses_and_only_the_start_action_is_a_request() -> None
     look = TriggerInput.parse({"source": "aws.events", "detail-type": "Scheduled Event"})
 
     assert start.action == "start" and look.action == "look"
-    with pytest.raises(InvalidEventError, match="schedule, kick, release or start"):
+    with pytest.raises(InvalidEventError, match="schedule, kick or start"):
         TriggerInput.parse({"action": "begin"})
