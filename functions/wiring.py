@@ -13,6 +13,7 @@ request builder).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -46,17 +47,18 @@ if TYPE_CHECKING:
     from functions.intake.redelivery import IntakeQueue
     from functions.notify.logic import Notifier
     from functions.prepare_run.logic import RunPreparer
+    from functions.release.logic import Release
     from functions.run_ended.logic import RunEnded
     from functions.sweeper.logic import Sweeper
     from functions.training_job.run import TrainingJobs
     from functions.training_job.waiting import JobWaits
     from functions.trigger.logic import Trigger
-    from functions.trigger.release import Release
     from functions.validation import FileChecker
 
 # Handlers wear it as their innermost decorator: AWS still throttling or failing (5xx) after
 # botocore's retries becomes `AwsServiceBusyError`, which the state machine retries later.
 busy_is_retryable = clients.busy_is_retryable
+LAMBDA_MAX_TIMEOUT_MS = 900_000
 
 
 def _utc_now() -> datetime:
@@ -142,7 +144,7 @@ def trigger(settings: TriggerSettings) -> Trigger:
 
 
 def release(settings: ReleaseSettings) -> Release:
-    from functions.trigger.release import Release
+    from functions.release.logic import Release
 
     ledger = Ledger(clients.dynamodb(), settings.ledger_table)
     return Release(lock=RunLock(ledger, _utc_now), kick=kick(settings.trigger_function))
@@ -234,9 +236,17 @@ def secrets_provider() -> SecretsProvider:
     return SecretsProvider(boto3_client=clients.secretsmanager())
 
 
-def notifier(settings: NotifySettings, secrets: SecretsProvider) -> Notifier:
+def notifier(
+    settings: NotifySettings, secrets: SecretsProvider, remaining_ms: Callable[[], int] | None = None
+) -> Notifier:
+    """`remaining_ms`: the invocation's remaining time (its Lambda context's), which a claim on a
+    run end's message lasts; without it, Lambda's longest timeout."""
+    from functions.data.ledger_run_ends import RunEndItems
     from functions.notify.logic import Notifier
+    from functions.notify.once import OneMessage
     from functions.notify.secret import SlackWebhookSecret
+
+    remaining = remaining_ms or (lambda: LAMBDA_MAX_TIMEOUT_MS)
 
     return Notifier(
         s3=clients.s3(),
@@ -248,4 +258,5 @@ def notifier(settings: NotifySettings, secrets: SecretsProvider) -> Notifier:
         report_reader_role_arn=settings.report_reader_role_arn,
         webhook=SlackWebhookSecret(secrets, settings.slack_webhook_secret_arn),
         sfn=clients.stepfunctions(),
+        once=OneMessage(RunEndItems(clients.dynamodb(), settings.ledger_table), _utc_now, lambda: remaining() / 1000),
     )

@@ -19,7 +19,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,8 +32,10 @@ from functions.common.models import RunContext, RunState
 from functions.common.requests import NotifyRequest, ReleaseInput, ReleaseOutcome, TriggerInput, TriggerOutcome
 from functions.common.summary import RunSummary
 from functions.data.ledger import Ledger
+from functions.data.models import RunEndMessage
 from functions.data.run_lock import RunLock
 from functions.notify.logic import Notified, Notifier
+from functions.notify.once import OneMessage
 from functions.notify.render import HEADLINES
 from functions.run_ended.cleanup import JobStop, RunCleanup, job_status
 from functions.trigger.logic import Trigger
@@ -48,6 +50,9 @@ CANCELLED = "RunCancelled"  # the error a cancelled run's execution and summary 
 RERUN_SUFFIX = "-rerun-"
 MAX_EXECUTION_NAME = 80
 ACTIVE_JOB = frozenset({"InProgress", "Stopping"})
+# How long a cancel's claim on the run end's message lasts: sending takes seconds; should this
+# process die meanwhile, RunEndedFunction's retries (or another cancel) send it after this.
+CANCEL_CLAIM_SECONDS = 300.0
 
 
 class RunNotFoundError(RetrainError):
@@ -238,10 +243,12 @@ class Runs:
         progress: Callable[[str], None] = lambda _: None,
     ) -> CancelOutcome:
         """Stop the execution; RunEndedFunction, which every end of a run reaches, then stops the
-        job, tells the team and frees the lock. This waits up to `job_timeout` for that and says
-        what happened; only if nothing did (the rule disabled, the function failing) does it do
-        the same itself (`release` frees the run's lock: `release_through` the stack's
-        ReleaseFunction), so a cancel never leaves a job training or a lock held."""
+        job, frees the lock and tells the team. This waits up to `job_timeout` for that and says
+        what happened; only if it did not all happen (the rule disabled, the function failing)
+        does it do the same itself, by the same rule (`functions/run_ended/cleanup.py`): `release`
+        frees the run's lock owing the message (`release_through` the stack's ReleaseFunction),
+        and the message goes out if it is still owed, whoever freed the lock, once. So a cancel
+        never leaves a job training, a lock held or the team untold."""
         arn = self.execution_arn(run)
         details = self.details(run)
         if details.status != "RUNNING":
@@ -251,37 +258,44 @@ class Runs:
         _stop_execution(self.sfn, arn, cause)
         progress(f"stopped the execution (it was in {current!r})")
         job_name = details.job_name or ledger.run_job(run)
-        progress("waiting for RunEndedFunction to stop the job, tell the team and release the lock")
+        lock = RunLock(ledger, self.clock)
+
+        def owed(name: str) -> bool:
+            end = ledger.run_end(name)
+            return end is not None and end.message is not RunEndMessage.SENT
+
+        progress("waiting for RunEndedFunction to stop the job, release the lock and tell the team")
         deadline = time.monotonic() + job_timeout
         job_status = _job_status(sagemaker, job_name)
-        while time.monotonic() < deadline and (RunLock(ledger, self.clock).holds(run) or job_status in ACTIVE_JOB):
+        while time.monotonic() < deadline and (lock.holds(run) or job_status in ACTIVE_JOB or owed(run)):
             time.sleep(1)
             job_status = _job_status(sagemaker, job_name)
-        if not RunLock(ledger, self.clock).holds(run):
+        if not lock.holds(run) and not owed(run):
             if job_name is not None:
                 progress(f"training job {job_name}: {job_status}")
             progress("released the lock")
             summary = self.summary(run)
-            if summary is not None and summary.outcome == "stopped":
+            told_team = ledger.run_end(run) is not None  # recorded, and no longer owed: sent
+            if told_team and summary is not None:
                 progress(f"told the team: {HEADLINES[summary.outcome]} (RunEndedFunction)")
             return CancelOutcome(
                 run=run,
                 cleaned_up_by="RunEndedFunction",
                 job_name=job_name,
                 job_status=job_status,
-                told_team=summary is not None and summary.outcome == "stopped",
+                told_team=told_team,
                 summary_uri=summary.artifacts.summary if summary else None,
             )
         progress(f"RunEndedFunction did not clean up within {job_timeout:.0f} s: doing it here")
-        cleanup = RunCleanup(sagemaker, lambda _: job_name, release)
+        cleanup = RunCleanup(sagemaker, lambda _: job_name, release, owed)
         if job_name is not None:
             job_status = _wait_for_stop(sagemaker, cleanup.stop_job(run), job_timeout, progress)
         told: list[Notified] = []
 
-        def tell(_: JobStop) -> None:
-            progress("released the lock")
+        def tell(_: JobStop) -> bool:
             if notifier is None:
-                return
+                progress("the team is still owed the message about this run's end (--no-notify)")
+                return False
             failed = state.model_copy(
                 update={
                     "failed_state": current or "unknown",
@@ -289,21 +303,27 @@ class Runs:
                     "run": state.run or _context_from(details),
                 }
             )
-            told.append(notifier.notify(NotifyRequest(kind="failed", execution=run, execution_arn=arn, state=failed)))
-            progress(f"told the team: {told[0].subject}")
+            # Sent through the run-end record, so that RunEndedFunction, if it is only late, sends
+            # nothing a second time (and the other way round).
+            once = OneMessage(ledger, self.clock, lambda: CANCEL_CLAIM_SECONDS)
+            notified = replace(notifier, once=once).notify(
+                NotifyRequest(kind="failed", execution=run, execution_arn=arn, state=failed)
+            )
+            if notified.sent:
+                told.append(notified)
+                progress(f"told the team: {notified.subject}")
+            else:
+                progress("RunEndedFunction told the team meanwhile")
+            return notified.sent
 
-        # The one clean-up's rule: whoever frees the lock tells the team, so RunEndedFunction, if it
-        # is only late, finds the lock gone and sends nothing a second time (and the other way round).
         outcome = cleanup.end(run, tell)
-        if not outcome.told:
-            progress("the lock was released meanwhile: RunEndedFunction has told the team")
-            return CancelOutcome(run=run, cleaned_up_by="RunEndedFunction", job_name=job_name, job_status=job_status)
+        progress("released the lock" if outcome.released else "the lock was released meanwhile")
         return CancelOutcome(
             run=run,
-            cleaned_up_by="this command",
+            cleaned_up_by="this command" if outcome.released or outcome.told else "RunEndedFunction",
             job_name=job_name,
             job_status=job_status,
-            told_team=bool(told),
+            told_team=outcome.told or not owed(run),
             summary_uri=told[0].summary_uri if told else None,
         )
 
@@ -325,7 +345,7 @@ def release_through(lambda_client: LambdaClient, function_name: str, who: str) -
     has the trigger look for new data): True only for the call that freed it."""
 
     def release(run: str) -> bool:
-        request = ReleaseInput(holder=run, source=f"retrain runs cancel ({who})")
+        request = ReleaseInput(holder=run, source=f"retrain runs cancel ({who})", owes_message=True)
         payload = _invoke(lambda_client, function_name, "release", request.model_dump_json())
         try:
             return ReleaseOutcome.model_validate_json(payload).released

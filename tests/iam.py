@@ -309,6 +309,7 @@ def placeholders(body: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
             att("LedgerBackupVault", "BackupVaultArn") if "LedgerBackupVault" in resolver.created else ""
         ),
         "lock": LOCK_PK,
+        "run_ended_failures": att("RunEndedFailureQueue", "Arn"),
     }
     for logical_id, placeholder in FUNCTION_PLACEHOLDERS.items():
         names[placeholder] = att(logical_id, "Arn")

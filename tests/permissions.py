@@ -26,6 +26,7 @@ Resources are written with placeholders, filled in from the template by the test
     {ledger_backup_vault} the AWS Backup vault of the ledger's copies (LedgerBackupRetentionDays)
     {pytorch_registry} {debugger_rules_registry}  AWS's registry accounts of the region's images
     {lock}                the run lock's partition key (LOCK_PK, functions/data/ledger_batches.py)
+    {run_ended_failures}  RunEndedFunction's on-failure destination queue
     {region} {account} {partition} {stack_name}
 
 `${{aws:PrincipalTag/retrain-team}}` is an IAM policy variable, written doubled so that the
@@ -84,6 +85,9 @@ MISSING_IS_404 = (
     "S3 answers a read of a missing key 404 (not 403) only to a caller that may list the bucket; "
     "the code tells 'not there' from a failure by it"
 )
+# The runs' items (`run#<run>`): a run's job name, and its end with the one message's state
+# (functions/data/ledger_jobs.py, ledger_run_ends.py).
+RUN_PARTITIONS = "ForAllValues:StringLike:dynamodb:LeadingKeys=run#*"
 # The principal's team (its retrain-team tag) must be one of the stack's AnnotationTeams.
 TEAM = ("StringEquals:aws:PrincipalTag/retrain-team",)
 LEDGER_RW = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query")
@@ -222,6 +226,13 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             "frees the run lock, on condition that the named run holds it; no other item",
             ("ForAllValues:StringEquals:dynamodb:LeadingKeys={lock}",),
         ),
+        Grant(
+            ("dynamodb:PutItem",),
+            ("{ledger}",),
+            "records the run's end, its message owed, in the release's transaction (a caller that still tells "
+            "the team: the failure branch, RunEndedFunction, a cancel); runs' items only",
+            (RUN_PARTITIONS,),
+        ),
         Grant(("lambda:InvokeFunction",), ("{trigger}",), "has the trigger look for new data after the release"),
     ),
     "PrepareRunFunction": (
@@ -333,6 +344,11 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             ("{notify}", "{release}"),
             "the failure branch's message and lock release, reused for the ends that skip it",
         ),
+        Grant(
+            ("sqs:SendMessage",),
+            ("{run_ended_failures}",),
+            "its on-failure destination: Lambda sends an event it failed on three times there as this role",
+        ),
     ),
     "EvaluateRunFunction": (
         Grant(("sagemaker:DescribeTrainingJob",), ("{jobs}",), "where the finished job put its output"),
@@ -422,6 +438,13 @@ PERMISSIONS: dict[str, tuple[Grant, ...]] = {
             ("{executions}",),
             "a failed run's message and summary.json name the state that failed: the last one its execution's "
             "history entered before the failure branch (the branch does not write it into the state)",
+        ),
+        Grant(
+            ("dynamodb:GetItem", "dynamodb:UpdateItem"),
+            ("{ledger}",),
+            "a run end's message is sent once: claimed, then marked sent (or given back), on the run's end "
+            "record; runs' items only",
+            (RUN_PARTITIONS,),
         ),
     ),
     "RetrainStateMachine": (

@@ -122,6 +122,11 @@ class RunCleanupError(RetrainError):
     invocation is retried; every step is idempotent)."""
 
 
+class RunEndMessagePendingError(RetrainError):
+    """Another sender holds the claim on the message about a run's end past our wait
+    (`functions/notify/once.py`): tried again later, never taken for sent."""
+
+
 class LockHeldByAnotherRunError(RetrainError):
     """PrepareRun: another execution that is RUNNING (or a purge) holds the run lock, so this one
     would train beside it. Not retried; the failure branch stops nothing (no job was created),

@@ -216,19 +216,26 @@ class ReleaseInput(BaseModel):
     """ReleaseFunction: free the lock `holder` holds, by name, then have the trigger look for new
     data. Sent by the state machine's last states and by RunEndedFunction (and `retrain runs
     cancel`, with an operator's own credentials); no other principal of the stack may invoke it.
+
+    `owes_message`: the caller tells the team how the run ended after this release (the failure
+    branch, RunEndedFunction, a cancel). The release then records the run's end in the same
+    transaction, its message owed, and that record decides who sends the one message
+    (`functions/notify/once.py`). The finished run's last state told the team before it
+    released: it owes none.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     holder: RunName
-    source: str = Field(min_length=1, max_length=512)  # who releases, and why
+    source: str = Field(min_length=1, max_length=512)  # who releases, and why: recorded with the end
+    owes_message: bool
 
     @classmethod
     def parse(cls, event: Any) -> ReleaseInput:
         try:
             return cls.model_validate(event)
         except ValidationError as exc:
-            raise InvalidEventError(f"a release names its holder and source: {_problems(exc)}") from exc
+            raise InvalidEventError(f"a release names its holder, source and owes_message: {_problems(exc)}") from exc
 
 
 class ReleaseOutcome(BaseModel):

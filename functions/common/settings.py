@@ -132,6 +132,8 @@ class EvaluateRunSettings(LedgerSettings):
 
 class NotifySettings(DataBucketSettings):
     notification_topic_arn: str = Field(min_length=20)
+    # The run-end records (`run#<run>`/`end`), through which a run end's message is sent once.
+    ledger_table: str = Field(min_length=3)
     # The secret holding the webhook URL, plain or as {"webhook_url": ...} (`notify/secret.py`); empty: no Slack.
     slack_webhook_secret_arn: str = ""
     # The role whose sessions sign report links (their expiry is known, so the message is true).

@@ -188,6 +188,28 @@ class LockRecord(BaseModel):
     dataset_version: str | None = None  # a run's; None for a purge (and for locks written before)
 
 
+class RunEndMessage(StrEnum):
+    """Where the one message about a run's end stands (`functions/notify/once.py`)."""
+
+    OWED = "owed"  # nobody is sending it: the next sender claims it
+    SENDING = "sending"  # claimed by one sender, until its claim lapses
+    SENT = "sent"  # nobody sends it again
+
+
+class RunEnd(BaseModel):
+    """A run's end, recorded by whoever freed the run's lock owing the team its message: written in
+    the same transaction as the release, so there is one per run end, and it exists exactly when
+    a releaser that still had to tell freed the lock (`ledger_run_ends.py`)."""
+
+    run: str
+    freed_by: str  # who freed the lock, and why (the release's source)
+    freed_at: datetime
+    message: RunEndMessage = RunEndMessage.OWED
+    claimed_until: datetime | None = None  # while SENDING: when the claim lapses
+    sent_at: datetime | None = None
+    message_id: str | None = None  # the SNS message that told the team
+
+
 class ObjectVersion(BaseModel):
     """One version (or delete marker) of an object in the versioned data bucket."""
 

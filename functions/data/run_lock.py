@@ -18,8 +18,10 @@ commands and the run-end clean-up:
 Where no Step Functions client is given (a command run without the stack's state machine), the
 lease is all there is to go by, for runs too: an unexpired lease counts as held.
 
-Freeing is by name (`release`, a conditional delete): exactly one caller frees a run's lock, and
-that caller is the one who tells the team how the run ended (`functions/run_ended/cleanup.py`).
+Freeing is by name (`release`, a conditional delete): exactly one caller frees a run's lock. A
+caller that still owes the team the run's message (the failure branch, RunEndedFunction, a
+cancel) records the run's end with it, in the same transaction, its message owed: the record
+then decides who sends that one message (`functions/notify/once.py`, `functions/run_ended/cleanup.py`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from functions.data.ledger import Ledger
-from functions.data.models import LockRecord
+from functions.data.models import LockRecord, RunEnd
 
 if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
@@ -118,6 +120,10 @@ class RunLock:
         ending its lease under a new holder name."""
         return self.ledger.acquire_lock(record, replacing=over)
 
-    def release(self, holder: str) -> bool:
-        """Free the lock if `holder` has it; True only for the one call that freed it."""
-        return self.ledger.release_lock(holder)
+    def release(self, holder: str, *, ended_by: str | None = None) -> bool:
+        """Free the lock if `holder` has it; True only for the one call that freed it. With
+        `ended_by` (who frees it, and still owes the team the run's message), the run's end is
+        recorded in the same transaction, its message owed."""
+        if ended_by is None:
+            return self.ledger.release_lock(holder)
+        return self.ledger.release_lock_recording_end(RunEnd(run=holder, freed_by=ended_by, freed_at=self.clock()))

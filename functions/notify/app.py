@@ -22,6 +22,7 @@ secrets = wiring.secrets_provider()
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     settings = load_settings(NotifySettings)
     request = NotifyRequest.model_validate(event)
-    notified = wiring.notifier(settings, secrets).notify(request)
+    # A claim on a run end's message lasts as long as this invocation may still be sending it.
+    notified = wiring.notifier(settings, secrets, context.get_remaining_time_in_millis).notify(request)
     logger.info("team notified", extra=notified.model_dump())
     return notified.model_dump()

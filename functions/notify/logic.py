@@ -7,6 +7,9 @@ one that ended before its evaluation under `reports/failures/<run>/`. Slack is
 best effort: no webhook configured, a secret that cannot be read or holds no webhook URL
 (`secret.py`), or Slack being down skips or fails the Slack message with one log line, never the
 run and never the SNS message.
+
+A run end's message (finished or failed) is sent once per run end, however often it is asked
+for, when the notifier is given the ledger's run-end records (`once`, `functions/notify/once.py`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from functions.data.storage import DataBucket
 from functions.notify import render, slack
 from functions.notify.history import failed_state
 from functions.notify.links import RunLinks, presign_report, run_links
+from functions.notify.once import OneMessage
 from functions.notify.secret import SlackSecretError
+from functions.notify.slack import SlackOutcome
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -43,11 +48,15 @@ SLACK_WEBHOOK_HOST = "hooks.slack.com"
 
 
 class Notified(BaseModel):
-    outcome: str
-    subject: str
-    summary_uri: str | None
-    message_id: str
-    slack: slack.SlackOutcome
+    # False: the message about this run's end had been sent already (by whoever claimed it
+    # first), and nothing was sent or written now.
+    sent: bool = True
+    outcome: str | None = None
+    subject: str | None = None
+    summary_uri: str | None = None
+    message_id: str | None = None
+    slack: SlackOutcome | None = None
+    reason: str | None = None  # why nothing was sent
 
 
 def usable_webhook(url: str | None) -> str | None:
@@ -89,8 +98,24 @@ class Notifier:
     # Which state failed, from the execution's history: the failure branch does not write it into
     # the state (`retrain runs cancel` and RunEndedFunction do, and need no client).
     sfn: SFNClient | None = None
+    # The run-end records, through which a run end's message is sent once (None: every request
+    # is sent, as by a notifier that no run's end is recorded for).
+    once: OneMessage | None = None
 
     def notify(self, request: NotifyRequest, now: datetime | None = None) -> Notified:
+        """Tell the team; a run end's message only if nobody has yet (`functions/notify/once.py`)."""
+        if self.once is None or request.kind == "started":
+            return self._notify(request, now)
+        sent = self.once.send(request.execution, lambda: self._notify(request, now), lambda n: n.message_id)
+        if isinstance(sent, Notified):
+            return sent
+        return Notified(
+            sent=False,
+            message_id=sent.message_id,
+            reason=f"the message about this run's end was sent already, at {sent.sent_at}: nothing sent now",
+        )
+
+    def _notify(self, request: NotifyRequest, now: datetime | None = None) -> Notified:
         now = now or datetime.now(UTC)
         if request.kind == "finished" and request.summary_uri is not None:
             summary = self._read(request.summary_uri)

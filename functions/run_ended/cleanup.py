@@ -1,24 +1,24 @@
 """The one clean-up at the end of a run that did not end well, and its one rule.
 
 Three parties can end a run: the state machine's failure branch, `RunEnded` (a run stopped from
-the console, by `retrain runs cancel` or past its timeout, where no Catch runs), and `retrain runs
-cancel` itself when RunEnded does not come. Each does the same three things in the same order:
+the console, by `retrain runs cancel` or past its timeout, where no Catch runs, and a run whose
+failure branch did not finish) and `retrain runs cancel` itself when RunEnded does not come. Each
+does the same three things in the same order:
 
 1. stop the run's training job if one was created and still runs (found by the name recorded for
    the run, `Ledger.run_job`; stopping is idempotent);
-2. free the run's lock, by name (a conditional delete: of several callers, exactly one frees it);
-3. only the caller that freed the lock tells the team. So a duplicated end event, a Lambda retry,
-   a cancel racing RunEnded, or RunEnded arriving after a failure branch that finished its work,
-   sends nothing a second time.
+2. free the run's lock, by name, owing the message: a conditional delete that records the run's
+   end (`RunEnd`, its message owed) in the same transaction, so of several callers exactly one
+   frees it and the end is recorded once;
+3. tell the team while the record says the message is owed, through the record's claim
+   (`functions/notify/once.py`): whoever sends it first marks it sent, and nobody sends it again.
 
-The order is the guarantee: one message per run end. Its cost is that a message that cannot be
-sent after the lock was freed is not sent by anyone else: the caller fails loudly instead (the
-state machine's "The team could not be told", RunEnded's error metric and its alarm, the cancel's
-exit status). The state machine's failure branch follows the same order in ASL
-(statemachine/retrain.asl.yaml): it runs while its execution is RUNNING, when nobody else can free
-that run's lock, so it tells after any release that did not fail (one that found no lock: a run
-refused in its first state never held one), and leaves a failed release, and the message, to
-RunEnded. This module is the code of the other two.
+So a duplicated end event, a Lambda retry, a cancel racing RunEnded, or RunEnded arriving after a
+failure branch that finished its work sends nothing a second time; and a message that could not
+be sent after the lock was freed stays owed, so the next try sends it (the failed caller's retry,
+RunEnded after a failure branch whose message failed, a cancel). The state machine's failure
+branch follows the same order in ASL (statemachine/retrain.asl.yaml): its release owes the
+message, and its Notify sends through the record. This module is the code of the other two.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ class JobStop(BaseModel):
 
 class CleanupOutcome(BaseModel):
     job: JobStop
-    told: bool  # this caller freed the lock, and so told the team
+    released: bool  # this caller freed the lock (and recorded the run's end)
+    told: bool  # this caller sent the run end's message
 
 
 def job_status(sagemaker: SageMakerClient, job_name: str) -> str | None:
@@ -65,8 +66,11 @@ class RunCleanup:
     sagemaker: SageMakerClient
     # The job name recorded for a run (`Ledger.run_job`), or None.
     job_of: Callable[[str], str | None]
-    # Free the run's lock by name; True only for the call that freed it.
+    # Free the run's lock by name, recording its end with the message owed; True only for the
+    # call that freed it.
     release: Callable[[str], bool]
+    # Whether the run's end is recorded with its message still to send (by anyone).
+    message_owed: Callable[[str], bool]
 
     def stop_job(self, run: str) -> JobStop:
         job_name = self.job_of(run)
@@ -78,10 +82,10 @@ class RunCleanup:
         self.sagemaker.stop_training_job(TrainingJobName=job_name)
         return JobStop(job_name=job_name, status="Stopping", stopped=True)
 
-    def end(self, run: str, tell: Callable[[JobStop], None]) -> CleanupOutcome:
-        """Stop the job, free the lock, and tell the team only if this call freed it."""
+    def end(self, run: str, tell: Callable[[JobStop], bool]) -> CleanupOutcome:
+        """Stop the job, free the lock, and tell the team while the message is owed, whoever
+        freed the lock; `tell` answers whether it sent the message (the record's claim decides)."""
         job = self.stop_job(run)
-        if not self.release(run):
-            return CleanupOutcome(job=job, told=False)
-        tell(job)
-        return CleanupOutcome(job=job, told=True)
+        released = self.release(run)
+        told = tell(job) if self.message_owed(run) else False
+        return CleanupOutcome(job=job, released=released, told=told)

@@ -6,9 +6,12 @@ would keep running unseen, nobody would be told, and its lock would wait for the
 look. Step Functions publishes "Step Functions Execution Status Change" to EventBridge; the
 RunEnded rule hands ABORTED, TIMED_OUT and FAILED ones of this stack's state machine to
 `RunEnded.handle`, which runs the one clean-up (`cleanup.RunCleanup`): stop the job, free the
-lock through ReleaseFunction (which then has the trigger look for new data), and tell the team
-only if this call freed it. A failure branch that finished its work, a duplicated event or a retry of this
-function finds the lock freed already and sends nothing a second time.
+lock through ReleaseFunction (which records the run's end, its message owed, and has the trigger
+look for new data), and tell the team while that message is owed, through Notify, which sends it
+once (`functions/notify/once.py`). A failure branch that finished its work, a duplicated event or
+a retry of this function finds the message sent and sends nothing a second time; a retry after a
+message that failed finds it owed and sends it. An invocation that still fails after Lambda's two
+retries lands in RunEndedFailureQueue, which RunEndedFailuresAlarm watches (template.yaml).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from functions.common.errors import RunCleanupError
 from functions.common.models import JobState, RunState
 from functions.common.requests import NotifyRequest, ReleaseInput, ReleaseOutcome
+from functions.data.models import RunEndMessage
 from functions.run_ended.cleanup import JobStop, RunCleanup
 
 if TYPE_CHECKING:
@@ -53,12 +57,21 @@ class ExecutionStatusChange(BaseModel):
     cause: str | None = None
 
 
+class _NotifyAnswer(BaseModel):
+    """What of Notify's answer (`functions/notify/logic.py`'s Notified) the clean-up reads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    sent: bool  # False: the run end's message had been sent already
+
+
 class RunEndedOutcome(BaseModel):
     execution: str
     status: str
     job_name: str | None = None
     job_stopped: bool = False
-    cleaned_up: bool  # told the team and released the lock (False: the failure branch had)
+    released: bool  # this call freed the lock (False: the failure branch, a cancel or a twin had)
+    told: bool  # this call sent the run end's message (False: it had been sent, or none was owed)
     last_state: str | None = None
 
 
@@ -73,14 +86,17 @@ class RunEnded:
 
     def handle(self, change: ExecutionStatusChange) -> RunEndedOutcome:
         if change.status not in WHY:  # the rule sends only these; anything else is left alone
-            return RunEndedOutcome(execution=change.name, status=change.status, cleaned_up=False)
-        cleanup = RunCleanup(self.sagemaker, self.ledger.run_job, lambda run: self._release(run, change.status))
+            return RunEndedOutcome(execution=change.name, status=change.status, released=False, told=False)
+        cleanup = RunCleanup(
+            self.sagemaker, self.ledger.run_job, lambda run: self._release(run, change.status), self._message_owed
+        )
         told: list[str | None] = []
 
-        def tell(job: JobStop) -> None:
+        def tell(job: JobStop) -> bool:
             history = self._history(change.executionArn)
             told.append(history.last_state)
-            self._invoke(self.notify_function, _failed_request(change, job, history).model_dump(mode="json"))
+            answer = self._invoke(self.notify_function, _failed_request(change, job, history).model_dump(mode="json"))
+            return _NotifyAnswer.model_validate(answer).sent
 
         outcome = cleanup.end(change.name, tell)
         return RunEndedOutcome(
@@ -88,15 +104,20 @@ class RunEnded:
             status=change.status,
             job_name=outcome.job.job_name,
             job_stopped=outcome.job.stopped,
-            cleaned_up=outcome.told,
+            released=outcome.released,
+            told=outcome.told,
             last_state=told[0] if told else None,
         )
 
     def _release(self, run: str, status: str) -> bool:
         """Through ReleaseFunction, which then has the trigger look for data that came during the run."""
-        request = ReleaseInput(holder=run, source=f"RunEndedFunction: the run ended {status}")
+        request = ReleaseInput(holder=run, source=f"RunEndedFunction: the run ended {status}", owes_message=True)
         answer = self._invoke(self.release_function, request.model_dump(mode="json"))
         return ReleaseOutcome.model_validate(answer).released
+
+    def _message_owed(self, run: str) -> bool:
+        end = self.ledger.run_end(run)
+        return end is not None and end.message is not RunEndMessage.SENT
 
     def _history(self, execution_arn: str) -> _History:
         """The run's dataset version (its input) and the state it was in when it ended."""

@@ -2,7 +2,7 @@
 
 Invoked on a schedule, after batches close, after a run's lock was released, and by a person's
 `retrain runs start` (`TriggerInput`). It frees no lock: ReleaseFunction does
-(`functions/trigger/release.py`).
+(`functions/release/logic.py`).
 """
 
 from __future__ import annotations

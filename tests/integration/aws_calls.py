@@ -196,11 +196,13 @@ def needs(call: Call, *, region: str, account: str, key_arn: str) -> list[Need]:
                 "Delete": "DeleteItem",
                 "ConditionCheck": "ConditionCheckItem",
             }
-            return [
-                Need(f"dynamodb:{kinds[kind]}", table(body["TableName"]))
-                for item in params["TransactItems"]
-                for kind, body in item.items()
-            ]
+            found = []
+            for item in params["TransactItems"]:
+                for kind, body in item.items():
+                    leading = _leading_key(body)  # IAM authorises each item as its own action
+                    keys = {"dynamodb:LeadingKeys": [leading]} if leading else {}
+                    found.append(Need(f"dynamodb:{kinds[kind]}", table(body["TableName"]), keys))
+            return found
         raise UnmodelledCallError(f"dynamodb.{operation}")
     if service == "lambda" and operation == "Invoke":
         name = params["FunctionName"]

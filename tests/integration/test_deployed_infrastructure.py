@@ -174,17 +174,22 @@ def test_alarms_reach_the_team_through_the_topic(deployed: OfflineStack) -> None
             "FunctionErrorsAlarm",
             "FunctionThrottlesAlarm",
             "RunFailuresAlarm",
+            "RunEndedFailuresAlarm",
         )
     }
 
     for logical_id, alarm in by_logical_id.items():
         assert alarm["AlarmActions"] == [topic], logical_id
         assert alarm.get("AlarmDescription"), f"{logical_id} says where to look"
-    dead_letters = by_logical_id["IntakeDeadLetterAlarm"]
-    assert dead_letters["MetricName"] == "ApproximateNumberOfMessagesVisible"
-    assert dead_letters["Dimensions"] == [
-        {"Name": "QueueName", "Value": deployed.resource("IntakeDeadLetterQueue").attributes["QueueName"]}
-    ]
+    for alarm_id, queue in (
+        ("IntakeDeadLetterAlarm", "IntakeDeadLetterQueue"),
+        ("RunEndedFailuresAlarm", "RunEndedFailureQueue"),  # RunEndedFunction's on-failure destination
+    ):
+        dead_letters = by_logical_id[alarm_id]
+        assert dead_letters["MetricName"] == "ApproximateNumberOfMessagesVisible"
+        assert dead_letters["Dimensions"] == [
+            {"Name": "QueueName", "Value": deployed.resource(queue).attributes["QueueName"]}
+        ]
     # Errors and throttles of every function, summed: one alarm each, not eight. Not the trigger's
     # throttles: its nudges take turns by design (tests/integration/test_trigger_nudges.py).
     everyone = {spec.name for spec in deployed.created.functions}

@@ -83,6 +83,12 @@ NOT_REACHED = {
     ("RunEndedFunction", "sagemaker:DescribeTrainingJob", "{jobs}"): "the same: is its job still running?",
     ("RunEndedFunction", "sagemaker:StopTrainingJob", "{jobs}"): "the same: its job is stopped",
     ("RunEndedFunction", "states:GetExecutionHistory", "{executions}"): "the same: the state it was in",
+    ("RunEndedFunction", "sqs:SendMessage", "{run_ended_failures}"): (
+        "its on-failure destination: Lambda sends there as the role, after three failed tries"
+    ),
+    # This run ends well: its last state told the team before it released, owing no message.
+    ("ReleaseFunction", "dynamodb:PutItem", "{ledger}"): "a run end that owes its message is recorded",
+    ("NotifyFunction", "dynamodb:UpdateItem", "{ledger}"): "the same: that message claimed, then marked sent",
 }
 
 

@@ -1,6 +1,7 @@
 """Every way a run ends, on the offline stack (issue 27): the wait for the training job is answered
 by the job's event, or by the safety poll when the event is lost; a run stopped from the console
-has its job stopped, its team told and its lock freed; a message that cannot be sent does not
+has its job stopped, its team told once (a redelivered end event tells nobody again; a message
+that failed is sent by the retry) and its lock freed; a message that cannot be sent does not
 undo an accepted run.
 
 The real state machine on moto's engine, the real functions, the SageMaker emulator running the
@@ -96,23 +97,39 @@ def waiting_for_the_job(stack: OfflineStack, execution_arn: str) -> bool:
     return "Wait for the training job to end" in entered
 
 
-def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_the_lock(
-    stack: OfflineStack,
-) -> None:
-    inbox = stack.topic_inbox()
+def stopped_while_training(stack: OfflineStack, batch: str) -> tuple[dict[str, Any], str]:
+    """A run stopped from the console while its job trains: the run and its job."""
     # Long enough to be stopped in the middle.
     stack.update_function_environment(
         "TrainingJobFunction", TRAINING_EXTRA_HYPERPARAMETERS='{"workers": 0, "epochs": 200}'
     )
-    drop_with_validation(stack, "munich-42", train=4, val=1)
+    drop_with_validation(stack, batch, train=4, val=1)
     run = running_run(stack)
     wait_until(lambda: job_names(stack) and job_status(stack, job_names(stack)[0]) == "InProgress", timeout=120)
     (job,) = job_names(stack)
     # The job runs as soon as "Start training" created it; the state machine is in its wait a
     # moment later. Stopped then, as an operator watching the console would.
     wait_until(lambda: waiting_for_the_job(stack, run["executionArn"]), timeout=60, message="the run to wait")
-
     stack.aws.stepfunctions.stop_execution(executionArn=run["executionArn"], cause="an operator stopped it")
+    return run, job
+
+
+def run_end_events(stack: OfflineStack) -> list[dict[str, Any]]:
+    """The end events EventBridge handed RunEndedFunction."""
+    function = stack.runtime.arn(stack.ref("RunEndedFunction"))
+    return [d.event for d in stack.eventbridge.deliveries if d.function == function and d.accepted]
+
+
+def run_ended_invocations(stack: OfflineStack) -> list[Any]:
+    return [i for i in stack.runtime.invocations if i.function == stack.ref("RunEndedFunction")]
+
+
+def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_the_lock(
+    stack: OfflineStack,
+) -> None:
+    inbox = stack.topic_inbox()
+
+    run, job = stopped_while_training(stack, "munich-42")
 
     wait_until(lambda: job_status(stack, job) in {"Stopping", "Stopped"}, timeout=120, message="the job to stop")
     wait_until(lambda: lock_is_free(stack), timeout=120, message="the lock to be free")
@@ -122,6 +139,40 @@ def test_a_run_stopped_from_the_console_stops_its_job_tells_the_team_and_frees_t
     assert "Wait for the training job to end" in email["Message"], email["Message"]
     summary = read_json(stack, f"reports/failures/{run['name']}/summary.json")
     assert summary["outcome"] == "stopped"
+
+    # EventBridge delivers at least once: the same end again tells nobody a second time.
+    (event,) = run_end_events(stack)
+    again = stack.runtime.invoke(stack.ref("RunEndedFunction"), event)
+    assert not again.failed and (again.payload["released"], again.payload["told"]) == (False, False), again.payload
+    assert inbox.receive(wait_seconds=3) == [], "one message per run end"
+
+
+def test_a_run_end_whose_message_failed_is_told_by_the_retry_and_only_once(stack: OfflineStack) -> None:
+    """RunEndedFunction frees the lock, recording the run's end, and the message fails (SNS
+    refuses): the invocation fails, as Lambda then retries it; the retry sends the message. The
+    lock was freed once, and the team is told once."""
+    inbox = stack.topic_inbox()
+    topic = stack.ref("NotificationTopic")
+    stack.update_function_environment("NotifyFunction", NOTIFICATION_TOPIC_ARN=topic + "-deleted")
+
+    _, job = stopped_while_training(stack, "munich-47")
+
+    wait_until(lambda: run_ended_invocations(stack), timeout=120, message="RunEndedFunction to run")
+    (first,) = run_ended_invocations(stack)
+    assert first.failed and first.error_type == "RunCleanupError", first.payload
+    assert lock_is_free(stack), "freed, and the run's end recorded, before the message failed"
+    stack.update_function_environment("NotifyFunction", NOTIFICATION_TOPIC_ARN=topic)
+    (event,) = run_end_events(stack)
+
+    retried = stack.runtime.invoke(stack.ref("RunEndedFunction"), event)  # Lambda's retry
+    again = stack.runtime.invoke(stack.ref("RunEndedFunction"), event)  # and a redelivery
+
+    assert not retried.failed and (retried.payload["released"], retried.payload["told"]) == (False, True)
+    assert not again.failed and again.payload["told"] is False
+    emails = inbox.receive(wait_seconds=5)
+    emails += inbox.receive(wait_seconds=3)  # a second message would be here by now
+    assert len(emails) == 1 and emails[0]["Subject"].startswith("Retraining stopped"), "told once"
+    assert job_status(stack, job) in {"Stopping", "Stopped"}
 
 
 def test_a_run_stopped_while_start_training_creates_its_job_ends_with_the_job_stopped(stack: OfflineStack) -> None:
@@ -166,9 +217,12 @@ def test_a_run_stopped_while_start_training_creates_its_job_ends_with_the_job_st
     wait_until(lambda: starts(stack), timeout=120, message='"Start training" to return')
     (job,) = job_names(stack)
     (cleanup,) = cleaned_up
-    assert (cleanup["job_name"], cleanup["job_stopped"], cleanup["cleaned_up"]) == (job, False, True), (
-        "the run's end was cleaned up before its job existed"
-    )
+    assert (cleanup["job_name"], cleanup["job_stopped"], cleanup["released"], cleanup["told"]) == (
+        job,
+        False,
+        True,
+        True,
+    ), "the run's end was cleaned up before its job existed"
     wait_until(lambda: job_status(stack, job) == "Stopped", timeout=60, message="the job to stop")
     started = starts(stack)[0]
     assert not started.failed and (started.payload["job_name"], started.payload["run_ended"]) == (job, "ABORTED")

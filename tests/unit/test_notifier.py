@@ -32,6 +32,7 @@ SETTINGS = NotifySettings(
     powertools_service_name="notify",
     data_bucket=BUCKET,
     notification_topic_arn="arn:aws:sns:us-east-1:123456789012:retrain-notifications",
+    ledger_table="retrain-LedgerTable",
     slack_webhook_secret_arn=SECRET_ARN,
     report_reader_role_arn="arn:aws:iam::123456789012:role/retrain-report-reader",
 )
@@ -56,7 +57,8 @@ def _notify_with_secret(secret: str | None, settings: NotifySettings = SETTINGS)
             stub.add_response("get_secret_value", answer, {"SecretId": SECRET_ARN})
         notifier = wiring.notifier(settings, SecretsProvider(boto3_client=secretsmanager))
         sns = FakeSNS()
-        notified = dataclasses.replace(notifier, s3=FakeS3(), sns=sns).notify(FAILED)
+        # No run-end record to send through (tests/unit/test_run_cleanup.py sends through one).
+        notified = dataclasses.replace(notifier, s3=FakeS3(), sns=sns, once=None).notify(FAILED)
     return notified, sns
 
 
@@ -73,6 +75,7 @@ def test_the_notifier_is_built_from_the_functions_settings() -> None:
     )
     assert notifier.report_reader_role_arn == SETTINGS.report_reader_role_arn
     assert notifier.webhook == SlackWebhookSecret(provider, SECRET_ARN), "the secret is read when a message is sent"
+    assert notifier.once is not None, "a run end's message is sent through its record, once"
 
 
 @pytest.mark.parametrize(

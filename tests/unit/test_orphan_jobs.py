@@ -161,7 +161,9 @@ def test_a_run_stopped_while_start_training_creates_its_job_ends_with_the_job_st
             # An operator stops the run now; the end's clean-up (RunEnded's) runs at once and
             # finds the job's name recorded for the run, but no job yet.
             stack.sfn.stop_execution(executionArn=run.execution_arn, cause="an operator stopped it")
-            cleanup = RunCleanup(stack.sagemaker, stack.ledger.run_job, release=lambda _run: True)
+            cleanup = RunCleanup(
+                stack.sagemaker, stack.ledger.run_job, release=lambda _run: True, message_owed=lambda _run: False
+            )
             run_ended_looked.append(cleanup.stop_job(run.run))
             return create(params)
 

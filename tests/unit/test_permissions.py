@@ -580,3 +580,45 @@ def test_the_trigger_may_take_the_run_lock_and_never_free_it_and_the_release_tou
     for action in ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"):
         assert not iam.allowed(release, _ledger_need(body, action, "batch#munich-01")), action
     assert not iam.allowed(release, _ledger_need(body, "dynamodb:PutItem", LOCK_PK)), "it takes no lock"
+
+
+def test_a_run_end_the_function_keeps_failing_on_lands_in_a_queue_an_alarm_watches(body: dict[str, Any]) -> None:
+    resolver = iam.fake_resolver(body)
+    resources = body["Resources"]
+    config = resources["RunEndedFunction"]["Properties"]["EventInvokeConfig"]
+    queue = {"Fn::GetAtt": ["RunEndedFailureQueue", "Arn"]}
+
+    assert config["MaximumRetryAttempts"] == 2
+    assert config["DestinationConfig"]["OnFailure"] == {"Destination": queue}, (
+        "no Type: SAM would add a SendMessage policy of its own, outside the declared statements"
+    )
+    assert resources["RunEndedFailureQueue"]["Properties"]["SqsManagedSseEnabled"] is True
+    sends = iam.Need("sqs:SendMessage", resolver.resolve(queue))
+    assert {p for p in PERMISSIONS if iam.allowed(resolved(body, p), sends)} == {"RunEndedFunction"}
+    alarm = resources["RunEndedFailuresAlarm"]["Properties"]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Statistic"]) == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        "Maximum",
+    )
+    assert alarm["Dimensions"] == [
+        {"Name": "QueueName", "Value": {"Fn::GetAtt": ["RunEndedFailureQueue", "QueueName"]}}
+    ]
+    assert (alarm["ComparisonOperator"], alarm["Threshold"]) == ("GreaterThanOrEqualToThreshold", 1)
+    assert alarm["AlarmActions"] == [{"Ref": "NotificationTopic"}]
+
+
+def test_a_run_ends_record_is_written_by_the_release_and_claimed_by_notify_and_nothing_else_is(
+    body: dict[str, Any],
+) -> None:
+    from functions.data.ledger_batches import LOCK_PK  # noqa: PLC0415
+    from functions.data.ledger_run_ends import run_end_pk  # noqa: PLC0415
+
+    end, release, notify = run_end_pk("ds-1"), resolved(body, "ReleaseFunction"), resolved(body, "NotifyFunction")
+
+    assert iam.allowed(release, _ledger_need(body, "dynamodb:PutItem", end))
+    assert iam.allowed(notify, _ledger_need(body, "dynamodb:UpdateItem", end))
+    assert iam.allowed(notify, _ledger_need(body, "dynamodb:GetItem", end))
+    for other in (LOCK_PK, "batch#munich-01", "trust#munich-01"):
+        assert not iam.allowed(notify, _ledger_need(body, "dynamodb:GetItem", other)), other
+    assert not iam.allowed(notify, _ledger_need(body, "dynamodb:DeleteItem", end))

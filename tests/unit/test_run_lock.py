@@ -127,6 +127,22 @@ def test_a_lock_is_freed_by_name_once_whoever_asks_again(ledger: Ledger) -> None
     assert ledger.lock() is None and not lock.holds(RUNNING_RUN)
 
 
+def test_a_release_owing_the_message_records_the_runs_end_with_it_once(ledger: Ledger) -> None:
+    """The lock's delete and the end's record succeed or fail together (one DynamoDB transaction):
+    the one caller that frees the lock records the run's end, its message owed."""
+    lock = run_lock(ledger, FakeSfn())
+    assert lock.take(RUNNING_RUN, 60, over=None) is not None
+
+    assert not lock.release("another-run", ended_by="RunEndedFunction"), "only by its holder's name"
+    assert ledger.run_end("another-run") is None, "nothing recorded for a lock not freed"
+    freed = [lock.release(RUNNING_RUN, ended_by=who) for who in ("the failure branch", "RunEndedFunction")]
+
+    assert freed == [True, False]
+    end = ledger.run_end(RUNNING_RUN)
+    assert end is not None and (end.freed_by, end.freed_at, end.message) == ("the failure branch", NOW, "owed")
+    assert ledger.lock() is None
+
+
 # ----------------------------------------------------- a run's first state --
 def test_a_run_the_trigger_started_holds_the_lock_already(ledger: Ledger) -> None:
     ledger.acquire_lock(lease(RUNNING_RUN, expired=False), replacing=None)

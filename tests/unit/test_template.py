@@ -151,8 +151,9 @@ def test_the_failure_branch_is_the_one_notify_knows_and_each_of_its_states_goes_
     """functions/notify/history.py takes the failed state to be the last one entered before the
     first of FAILURE_BRANCH: the branch must be exactly those states, in that order. Each Task
     catches everything and goes on forward (never back, never out of the branch); the release
-    comes before the message, which is sent only when this run freed its lock (the one clean-up's
-    rule, functions/run_ended/cleanup.py)."""
+    comes before the message and records the run's end owing it, so the message is sent once,
+    by this branch or, should it fail, by RunEndedFunction (the one clean-up's rule,
+    functions/run_ended/cleanup.py)."""
     for _, _, asl in state_machines():
         states = json.loads(asl.read_text(encoding="utf-8"))["States"]
         branch, name = [], FAILURE_BRANCH[0]
@@ -185,6 +186,20 @@ def test_the_failure_branch_is_the_one_notify_knows_and_each_of_its_states_goes_
             + [rule["Next"] for rule in [*state.get("Choices", []), *state.get("Catch", [])]]
         }
         assert entered_otherwise & set(FAILURE_BRANCH) == {FAILURE_BRANCH[0]}, "the branch is entered at its start"
+
+
+def test_the_failure_branchs_release_owes_the_message_and_the_finished_runs_does_not() -> None:
+    """The finished run's last state told the team before it released; the failure branch tells
+    after, so its release records the run's end with the message owed (functions/notify/once.py).
+    Both release through ReleaseFunction: the trigger frees no lock."""
+    for _, properties, asl in state_machines():
+        states = json.loads(asl.read_text(encoding="utf-8"))["States"]
+        releases = {name: state for name, state in states.items() if state.get("Resource") == "${ReleaseFunctionArn}"}
+        assert {name: state["Parameters"]["owes_message"] for name, state in releases.items()} == {
+            "Release the lock and look for new data": False,
+            "Release the lock after the failure": True,
+        }
+        assert "TriggerFunctionArn" not in properties.get("DefinitionSubstitutions", {})  # type: ignore[operator]
 
 
 def test_a_failed_last_message_leaves_the_runs_outcome_and_still_releases_the_lock() -> None:

@@ -55,6 +55,7 @@ def test_the_release_frees_the_named_runs_lock_and_has_the_trigger_look(deployed
 
     assert outcome == {"holder": release["holder"], "released": True}
     assert ledger.lock() is None
+    assert ledger.run_end(release["holder"]) is None, "the finished run's last state told the team already"
     wait_until(
         lambda: any(i.function == trigger and not i.failed for i in deployed.runtime.invocations),
         timeout=30,
@@ -73,3 +74,14 @@ def test_the_release_frees_no_other_runs_lock_and_refuses_a_request_without_its_
         release({"source": "someone"})
     lock = ledger.lock()
     assert lock is not None and lock.holder == "ds-20261203-120000-0badc0de"
+
+
+def test_a_release_that_owes_the_message_records_the_runs_end_with_it(deployed: OfflineStack, handler: Any) -> None:
+    release = {**load_event("release.json"), "source": "the state machine's failure branch", "owes_message": True}
+    ledger = hold(deployed, release["holder"])
+
+    assert handler("ReleaseFunction")(release)["released"] is True
+    assert handler("ReleaseFunction")(release)["released"] is False
+
+    end = ledger.run_end(release["holder"])
+    assert end is not None and (end.freed_by, end.message) == ("the state machine's failure branch", "owed")

@@ -1,7 +1,7 @@
 """ReleaseFunction: free a run's lock when the run has ended, then have the trigger look for new data.
 
 Invoked by the state machine's last states and by RunEndedFunction (`ReleaseInput`); the trigger
-itself frees no lock (`functions/trigger/release.py` says why).
+itself frees no lock (`functions/release/logic.py` says why).
 """
 
 from __future__ import annotations
