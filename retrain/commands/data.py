@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -417,6 +418,19 @@ def _with_version(subject: str, version: str | None) -> str:
 
 
 # ------------------------------------------------------------------ purge --
+_STATE_MACHINE_ARN = re.compile(r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[^:\s]+$")
+
+
+def _state_machine_arn(value: str | None) -> str | None:
+    """--state-machine-arn's shape, checked first: a wrong one would otherwise fail only when a lock
+    is to be judged, mid-purge, as an AWS error."""
+    if value is not None and not _STATE_MACHINE_ARN.match(value):
+        raise typer.BadParameter(
+            f"{value!r} is not a state machine's ARN (arn:aws:states:<region>:<account>:stateMachine:<name>)"
+        )
+    return value
+
+
 @app.command(name="purge")
 @connection_options
 def purge_command(
@@ -440,6 +454,7 @@ def purge_command(
         str | None,
         typer.Option(
             envvar="STATE_MACHINE_ARN",
+            callback=_state_machine_arn,
             help="The retraining state machine, to tell a lock whose run has ended from one still running "
             "(default: from --stack's outputs; without it an unexpired lock counts as held).",
             show_default=False,
