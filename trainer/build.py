@@ -55,6 +55,21 @@ def check_args(args: argparse.Namespace) -> None:
         raise SystemExit("--grad-accum, --epochs and --eval-every must be at least 1")
     if not 0.0 <= args.max_checksum_mismatch_fraction <= 1.0:
         raise SystemExit(f"{checksums.FRACTION_FLAG} must be within [0, 1]")
+    # Each of these would otherwise stop the run later, once its data is loaded and its model built.
+    for flag, size in (("--crop", args.crop), ("--base-size", args.base_size)):
+        if size is not None:
+            try:
+                parse_size(size)
+            except ValueError as error:
+                raise SystemExit(f"{flag}: {error}") from None
+    # `not x >= 0` rather than `x < 0`: nan is refused too.
+    for flag, value in (("--lr", args.lr), ("--momentum", args.momentum), ("--weight-decay", args.weight_decay)):
+        if not value >= 0:
+            raise SystemExit(f"{flag} must be at least 0, not {value}")
+    if not args.width > 0:
+        raise SystemExit(f"--width must be above 0, not {args.width}")
+    if not 0 < args.scale_min <= args.scale_max:
+        raise SystemExit(f"--scale-min {args.scale_min} and --scale-max {args.scale_max}: need 0 < min <= max")
 
 
 def manifest_path(args: argparse.Namespace) -> Path:

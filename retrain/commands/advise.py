@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from functions.common.contracts import MetricsFile
 from retrain.advisor import (
@@ -33,6 +34,7 @@ from retrain.advisor import (
     epoch_minutes_measured,
     plan_for,
 )
+from retrain.commands.checks import finite, positive
 from retrain.commands.options import JsonOption, print_json
 
 
@@ -59,7 +61,12 @@ class AdviseReport:
 
 def from_metrics(path: Path) -> tuple[Measurement, int, str]:
     """(measurement, training images, device) from a run's metrics.json: median epoch, all ranks."""
-    metrics = MetricsFile.model_validate_json(path.read_text(encoding="utf-8"))
+    try:
+        metrics = MetricsFile.model_validate_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValidationError) as error:
+        raise typer.BadParameter(
+            f"{path} is not a run's metrics.json: {_first_line(error)}", param_hint="--from-metrics"
+        ) from error
     if not metrics.epochs:
         raise typer.BadParameter(f"{path} has no finished epoch to measure", param_hint="metrics")
     # The median epoch: the first one carries warm-up (cudnn autotuning, worker start-up).
@@ -72,16 +79,27 @@ def from_metrics(path: Path) -> tuple[Measurement, int, str]:
     return measurement, metrics.train_images, metrics.host.device
 
 
+def _first_line(error: Exception) -> str:
+    """pydantic's message is a paragraph: its first error is enough to recognise the wrong file."""
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return str(error)
+
+
 def command(
     *,
     efficiency: Annotated[
         float,
-        typer.Option(help="Scaling efficiency per doubling of GPUs, within (0.5, 1]; e.g. 0.9."),
+        typer.Option(callback=finite, help="Scaling efficiency per doubling of GPUs, within (0.5, 1]; e.g. 0.9."),
     ],
-    target_epoch_minutes: Annotated[float, typer.Option(min=0.001, help="The epoch time to reach, in minutes.")],
+    target_epoch_minutes: Annotated[
+        float, typer.Option(min=0.001, callback=finite, help="The epoch time to reach, in minutes.")
+    ],
     throughput: Annotated[
         float | None,
-        typer.Option(help="Measured images/s of the whole job (all its GPUs together)."),
+        typer.Option(callback=positive, help="Measured images/s of the whole job (all its GPUs together)."),
     ] = None,
     dataset_size: Annotated[int | None, typer.Option(min=1, help="Training images per epoch.")] = None,
     measured_gpus: Annotated[
@@ -107,7 +125,7 @@ def command(
     ] = None,
     price_per_hour: Annotated[
         float | None,
-        typer.Option(min=0.0, help="USD per instance-hour (default: the table's list price)."),
+        typer.Option(min=0.0, callback=finite, help="USD per instance-hour (default: the table's list price)."),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:

@@ -11,18 +11,26 @@ The work itself is in `retrain/ops/` (`status.py`, `audit.py`, `purge.py`, `trus
 With `--json` each prints its result as one JSON document on stdout (a trust change: its
 `TrustChange`, as the ledger recorded it); what it says in words then goes nowhere.
 
+A purge lists what it will erase and asks before it erases (as the AWS CLI's and SAM's
+destructive commands do); `--yes` erases without asking, for scripts, and without `--yes` a purge
+whose stdin is no terminal refuses (exit 2) before it reads anything.
+
 Exit codes: 0 done (an audit: clean); 1 a KEY matched nothing (the others were still erased), a
-run holds the retraining lock (the purge changed nothing), the audit found discrepancies, or a
+run holds the retraining lock (the purge changed nothing), the question was not answered yes
+(nothing erased), the audit found discrepancies, or a
 trust change was refused (no such batch, or its pairs' trust does not allow it: nothing changed);
 2 usage error (a missing option such as a trust change's --reason, a KEY that names no image,
-label, pair or batch, a bucket or table that is not there); 3 the erasure was cut short (run the
-same command again to finish it).
+label, pair or batch, a bucket or table that is not there, a purge without --yes and no terminal);
+3 the erasure was cut short (run the same command again to finish it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import re
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -417,6 +425,19 @@ def _with_version(subject: str, version: str | None) -> str:
 
 
 # ------------------------------------------------------------------ purge --
+_STATE_MACHINE_ARN = re.compile(r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:[^:\s]+$")
+
+
+def _state_machine_arn(value: str | None) -> str | None:
+    """--state-machine-arn's shape, checked first: a wrong one would otherwise fail only when a lock
+    is to be judged, mid-purge, as an AWS error."""
+    if value is not None and not _STATE_MACHINE_ARN.match(value):
+        raise typer.BadParameter(
+            f"{value!r} is not a state machine's ARN (arn:aws:states:<region>:<account>:stateMachine:<name>)"
+        )
+    return value
+
+
 @app.command(name="purge")
 @connection_options
 def purge_command(
@@ -433,6 +454,15 @@ def purge_command(
     connection: Connection,
     as_json: JsonOption = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be erased; change nothing.")] = False,
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes",
+            "-y",
+            help="Erase without asking (scripts). Without it the command lists what it will erase and asks, "
+            "and refuses when stdin is no terminal.",
+        ),
+    ] = False,
     wait: Annotated[
         bool, typer.Option("--wait", help="If a run holds the retraining lock, wait until it ends (not refuse).")
     ] = False,
@@ -440,6 +470,7 @@ def purge_command(
         str | None,
         typer.Option(
             envvar="STATE_MACHINE_ARN",
+            callback=_state_machine_arn,
             help="The retraining state machine, to tell a lock whose run has ended from one still running "
             "(default: from --stack's outputs; without it an unexpired lock counts as held).",
             show_default=False,
@@ -450,8 +481,16 @@ def purge_command(
     wants: every S3 version of the landing, curated and quarantine copies, the pictures of its
     relabel list, the ledger's items (a whole batch's trust item too), and their manifest lines. Holds
     the retraining lock while it erases, so no dataset version is frozen meanwhile.
-    Exit 0 done, 1 a KEY matched nothing or a run holds the lock (nothing changed), 2 usage error,
-    3 cut short (run it again)."""
+    Lists what it will erase and asks first (--yes: does not ask).
+    Exit 0 done, 1 a KEY matched nothing, a run holds the lock or the question was not answered yes
+    (nothing changed), 2 usage error, 3 cut short (run it again)."""
+    asking = not (dry_run or yes)
+    if asking and not sys.stdin.isatty():
+        _fail(
+            "retrain data purge asks before it erases, and stdin is no terminal to answer on: pass --yes to "
+            "erase without asking (--dry-run shows what it would erase); nothing was erased",
+            2,
+        )
     ledger, s3, name = _connect(connection)
     runs = _runs(state_machine_arn, connection)
     seen: set[str] = set()
@@ -461,21 +500,75 @@ def purge_command(
             seen.add(lock.holder)
             errors.print(f"waiting for {lock.holder} to release the retraining lock ...", soft_wrap=True)
 
-    try:
-        report = purge(ledger, s3, name, keys, dry_run=dry_run, runs=runs, wait=wait, on_wait=waiting)
-    except PurgeUsageError as error:
-        _fail(str(error), 2)
-    except LockHeldError as error:
-        _fail(str(error), 1)
-    except (PurgeError, ClientError, BotoCoreError) as error:
-        _fail(f"the erasure was cut short: {error}. Run the same command again to finish.", 3)
+    def erase(dry: bool, *, planning: bool = False) -> PurgeReport:
+        try:
+            return purge(ledger, s3, name, keys, dry_run=dry, runs=runs, wait=wait, on_wait=waiting)
+        except PurgeUsageError as error:
+            _fail(str(error), 2)
+        except LockHeldError as error:
+            _fail(str(error), 1)
+        except (PurgeError, ClientError, BotoCoreError) as error:
+            if planning:
+                _fail(f"cannot list what to erase: {error}; nothing was erased", 2)
+            _fail(f"the erasure was cut short: {error}. Run the same command again to finish.", 3)
+
+    plan = erase(dry=True, planning=True) if asking else None
+    if plan is not None:
+        # The plan is the dry run's; the erasure looks again under the lock (and says what it erased).
+        say = errors if as_json else console
+        if not _erases_anything(plan):
+            _print_purge(plan, out=say, planned=True)
+            raise typer.Exit(1 if plan.unmatched else 0)
+        _print_purge(plan, out=say, planned=True)
+        if not _confirmed(plan):
+            _fail("nothing was erased", 1)
+    report = erase(dry=dry_run)
     if as_json:
         print_json(report)
     else:
         _print_purge(report)
+        if plan is not None:
+            _say_what_else(plan, report)
     if report.remaining:
         raise typer.Exit(3)
     raise typer.Exit(1 if report.unmatched else 0)
+
+
+def _erases_anything(plan: PurgeReport) -> bool:
+    return bool(plan.objects or plan.ledger_items or plan.manifests)
+
+
+def _confirmed(plan: PurgeReport) -> bool:
+    """The question, on stderr (stdout may carry --json's document); no answer is no."""
+    versions = sorted({change.dataset_version for change in plan.manifests})
+    what = [_many(len(plan.objects), "object version"), _many(len(plan.ledger_items), "ledger item")]
+    if versions:
+        lines = sum(len(change.entries_removed) for change in plan.manifests)
+        what.append(f"{_many(lines, 'line')} of {_many(len(versions), 'dataset version')}")
+        errors.print(f"Dataset versions affected: {', '.join(versions)}", soft_wrap=True, highlight=False)
+    try:
+        # click writes the prompt's last character to stdout (a readline workaround): on stderr
+        # too, so that stdout stays --json's one document.
+        with contextlib.redirect_stdout(sys.stderr):
+            return typer.confirm(f"Erase these {', '.join(what[:-1])} and {what[-1]} for good?", err=True)
+    except typer.Abort:  # end of input, or Ctrl-C, at the question
+        errors.print("")
+        return False
+
+
+def _many(count: int, thing: str) -> str:
+    return f"{count} {thing}{'' if count == 1 else 's'}"
+
+
+def _say_what_else(plan: PurgeReport, report: PurgeReport) -> None:
+    """What the erasure found under the lock that the list it asked about did not hold (written since)."""
+    listed = {(o.key, o.version_id) for o in plan.objects}
+    more = [o for o in report.objects if (o.key, o.version_id) not in listed]
+    if more:
+        console.print(
+            f"{len(more)} object versions written since the list above were erased too (listed with the rest).",
+            soft_wrap=True,
+        )
 
 
 def _runs(state_machine_arn: str | None, connection: Connection) -> Executions | None:
@@ -499,15 +592,16 @@ def _runs(state_machine_arn: str | None, connection: Connection) -> Executions |
     return Executions(target.client("stepfunctions"), found) if found else None
 
 
-def _print_purge(report: PurgeReport) -> None:
-    verb = "Would erase" if report.dry_run else "Erased"
+def _print_purge(report: PurgeReport, out: Console = console, *, planned: bool = False) -> None:
+    """The report in tables and lines; `planned`: the list a purge asks about before it erases."""
+    verb = "Will erase" if planned else "Would erase" if report.dry_run else "Erased"
     if report.pairs:
         pairs = Table(title=f"{verb}: pairs and files")
         for column in ("batch", "pair or file", "ledger status", "why"):
             pairs.add_column(column)
         for pair in report.pairs:
             pairs.add_row(pair.batch, pair.stem or pair.key or "", pair.status or "-", pair.why)
-        console.print(pairs)
+        out.print(pairs)
         objects = Table(title=f"{verb}: object versions ({len(report.objects)})")
         for column in ("key", "versions", "delete markers"):
             objects.add_column(column)
@@ -515,30 +609,31 @@ def _print_purge(report: PurgeReport) -> None:
         markers = Counter(o.key for o in report.objects if o.delete_marker)
         for key in sorted(versions.keys() | markers.keys()):
             objects.add_row(key, str(versions[key]), str(markers[key]))
-        console.print(objects)
-        console.print(f"{verb}: {len(report.ledger_items)} ledger items.")
+        out.print(objects)
+        out.print(f"{verb}: {len(report.ledger_items)} ledger items.")
     for batch in report.batches:
         gone = trust_item(batch) in report.ledger_items
         trust = " with its trust item (`retrain data held` no longer lists it)" if gone else ""
-        console.print(f"{verb} the whole batch {batch}{trust}.", soft_wrap=True)
+        out.print(f"{verb} the whole batch {batch}{trust}.", soft_wrap=True)
+    mood = " (will be)" if planned else " (would be)" if report.dry_run else ""
     for change in report.manifests:
         lines = len(change.entries_removed)
-        console.print(
+        out.print(
             f"Manifest {change.manifest}: {lines} lines taken out (listed in {change.record}), "
-            f"{change.versions_deleted} older versions deleted" + (" (would be)" if report.dry_run else ""),
+            f"{change.versions_deleted} older versions deleted{mood}",
             soft_wrap=True,
         )
-    rewritten = "would be rewritten" if report.dry_run else "rewritten"
+    rewritten = "will be rewritten" if planned else "would be rewritten" if report.dry_run else "rewritten"
     for folder in report.reports:
-        console.print(f"Batch report {folder} {rewritten} from the ledger", soft_wrap=True)
+        out.print(f"Batch report {folder} {rewritten} from the ledger", soft_wrap=True)
     for warning in report.warnings:
-        console.print(f"[yellow]{warning}[/yellow]", soft_wrap=True)
+        out.print(f"[yellow]{warning}[/yellow]", soft_wrap=True)
     for key in report.unmatched:
         errors.print(f"[red]matched nothing:[/red] {key}", soft_wrap=True)
     for left in report.remaining:
         errors.print(f"[red]still there:[/red] {left.key} ({left.version_id})", soft_wrap=True)
-    if report.dry_run:
-        console.print("Dry run: nothing was changed.")
+    if report.dry_run and not planned:
+        out.print("Dry run: nothing was changed.")
 
 
 # ------------------------------------------------------------------ trust --

@@ -24,6 +24,7 @@ from rich.console import Console
 
 from functions.common import clients, prefixes
 from retrain import target as targets
+from retrain.commands.checks import run_name
 from retrain.commands.data import LOOPBACK, BucketOption, EndpointOption, RegionOption
 from retrain.commands.options import JsonOption, print_json
 from retrain.target import StackOption
@@ -48,7 +49,7 @@ class Link:
 
 
 def command(  # noqa: PLR0917 (a command's options are its parameters)
-    run: Annotated[str, typer.Argument(help="The run (its execution name), as messages name it.")],
+    run: Annotated[str, typer.Argument(callback=run_name, help="The run (its execution name), as messages name it.")],
     stack: StackOption = None,
     bucket: BucketOption = None,
     endpoint_url: EndpointOption = None,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from retrain.commands.checks import finite, folder_to_write
 from retrain.commands.extras import require
 from retrain.commands.options import JsonOption, print_json
 
@@ -31,10 +32,12 @@ app = typer.Typer(help="Run the system offline: moto, the real functions and sta
 console = Console()
 errors = Console(stderr=True)
 
-PortOption = Annotated[int, typer.Option(help="Loopback port for the AWS endpoint (0: any free).")]
+PortOption = Annotated[int, typer.Option(min=0, max=65535, help="Loopback port for the AWS endpoint (0: any free).")]
 TickOption = Annotated[
     float | None,
-    typer.Option(help="Run every schedule at this interval in seconds instead of its own rate."),
+    typer.Option(
+        min=0.1, callback=finite, help="Run every schedule at this interval in seconds instead of its own rate."
+    ),
 ]
 ConcurrencyOption = Annotated[
     int,
@@ -164,7 +167,13 @@ def up(  # noqa: PLR0917 (a command's options are its parameters)
 ) -> None:
     """Start the offline stack on loopback and keep it up until Ctrl-C."""
     require("local", "local up")
-    from retrain.local.cloudformation.stack import OFFLINE_TRAINING, StackOptions, StackOptionsError  # noqa: PLC0415
+    from retrain.local.cloudformation.stack import (  # noqa: PLC0415
+        OFFLINE_TRAINING,
+        StackOptions,
+        StackOptionsError,
+        check_parameters,
+    )
+    from retrain.local.cloudformation.template import TemplateError  # noqa: PLC0415
     from retrain.local.endpoint import discovery  # noqa: PLC0415
 
     try:
@@ -177,8 +186,12 @@ def up(  # noqa: PLR0917 (a command's options are its parameters)
             delivery=_delivery(delivery),
             delivery_seed=delivery_seed,
         )
+        # Before the stack starts: a --param the template refuses would stop it halfway.
+        check_parameters(options)
     except StackOptionsError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    except TemplateError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--param") from exc
     stack = _start(options)
     stopping = threading.Event()
 
@@ -234,7 +247,7 @@ def demo(  # noqa: PLR0917 (a command's options are its parameters)
     out: Annotated[Path, typer.Option(help="Where the run's report, summary and model are copied.")] = Path(
         "retrain-demo"
     ),
-    timeout: Annotated[float, typer.Option(min=10, help="Seconds to wait for each stage.")] = 600.0,
+    timeout: Annotated[float, typer.Option(min=10, callback=finite, help="Seconds to wait for each stage.")] = 600.0,
     as_json: JsonOption = False,
 ) -> None:
     """The whole loop, twice: a first drop (a few files broken) trains the first model, which then
@@ -246,8 +259,7 @@ def demo(  # noqa: PLR0917 (a command's options are its parameters)
     # Scenes the intake accepts: at least what synth draws and what validation lets through.
     smallest = (max(MIN_SIZE[0], DEFAULT_CONFIG.min_width), max(MIN_SIZE[1], DEFAULT_CONFIG.min_height))
     scene_size = parse_size(size, smallest)
-    if out.exists() and not out.is_dir():
-        raise typer.BadParameter(f"{out} is a file, not a folder", param_hint="--out")
+    folder_to_write(out, "--out")
     require("local", "local demo")
     require("trainer", "local demo")  # it draws scenes (numpy) and trains on them (torch)
     from retrain.local.cloudformation.template import TemplateError  # noqa: PLC0415

@@ -35,6 +35,7 @@ from functions.notify.logic import Notifier
 from functions.notify.secret import SlackWebhookSecret
 from functions.trigger.logic import Trigger, TriggerPolicy
 from retrain import target as targets
+from retrain.commands.checks import finite, run_name
 from retrain.commands.options import JsonOption
 from retrain.runs import RunNotFoundError, RunNotRunningError, Runs, TriggerFailedError, release_through, start_now
 from retrain.target import RegionOption, StackOption, StackTarget, TargetError
@@ -43,7 +44,9 @@ app = typer.Typer(help="See and steer retraining runs: list, show, start, rerun,
 console = Console()
 errors = Console(stderr=True)
 
-RunArgument = Annotated[str, typer.Argument(help="The run: its execution name, as `retrain runs list` shows it.")]
+RunArgument = Annotated[
+    str, typer.Argument(callback=run_name, help="The run: its execution name, as `retrain runs list` shows it.")
+]
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -217,7 +220,10 @@ def cancel(
         bool, typer.Option(help="If RunEndedFunction does not clean up, tell the team from here (SNS and Slack).")
     ] = True,
     job_timeout: Annotated[
-        float, typer.Option(min=0, help="Seconds to wait for RunEndedFunction to stop the job and free the lock.")
+        float,
+        typer.Option(
+            min=0, callback=finite, help="Seconds to wait for RunEndedFunction to stop the job and free the lock."
+        ),
     ] = 120.0,
     as_json: JsonOption = False,
 ) -> None:

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from functions.common.contracts import parse_manifest
+from retrain.commands import checks
 from retrain.commands.extras import require
 from retrain.commands.options import JsonOption, print_json
 
@@ -42,7 +43,8 @@ class Drawn:
 
 
 def parse_size(text: str, minimum: tuple[int, int] = MIN_SIZE) -> tuple[int, int]:
-    """`WxH` (e.g. `256x128`) as (width, height), at least `minimum`: a usage error (exit 2) otherwise."""
+    """`WxH` (e.g. `256x128`) as (width, height), at least `minimum` and at most what the intake
+    accepts: a usage error (exit 2) otherwise."""
     match = _SIZE.match(text.strip().lower())
     if match is None:
         raise typer.BadParameter(f"expected WIDTHxHEIGHT such as 256x128, got {text!r}", param_hint="--size")
@@ -50,6 +52,20 @@ def parse_size(text: str, minimum: tuple[int, int] = MIN_SIZE) -> tuple[int, int
     if width < minimum[0] or height < minimum[1]:
         raise typer.BadParameter(
             f"{width}x{height} is below the minimum of {minimum[0]}x{minimum[1]}", param_hint="--size"
+        )
+    # Larger scenes than the intake accepts would only be refused there, after minutes and
+    # gigabytes of drawing here.
+    from functions.validation import DEFAULT_CONFIG as LIMITS  # noqa: PLC0415 (Pillow: not for `retrain --help`)
+
+    if width > LIMITS.max_width or height > LIMITS.max_height:
+        raise typer.BadParameter(
+            f"{width}x{height} is above the maximum of {LIMITS.max_width}x{LIMITS.max_height} the intake accepts",
+            param_hint="--size",
+        )
+    if width * height > LIMITS.max_pixels:
+        raise typer.BadParameter(
+            f"{width}x{height} is {width * height} pixels, above the {LIMITS.max_pixels} the intake accepts",
+            param_hint="--size",
         )
     return width, height
 
@@ -64,10 +80,17 @@ def command(
         float, typer.Option(min=0.0, max=1.0, help="Share of scenes in the validation split.")
     ] = 0.2,
     dataset_version: Annotated[
-        str | None, typer.Option(help="Dataset version (manifest name); derived if omitted.", show_default=False)
+        str | None,
+        typer.Option(
+            callback=checks.dataset_version,
+            help="Dataset version (manifest name); derived if omitted.",
+            show_default=False,
+        ),
     ] = None,
     # The name this option had: `retrain --version` is the tool's, `plan-job` and the trainer say --dataset-version.
-    version: Annotated[str | None, typer.Option(hidden=True, help="Old name of --dataset-version.")] = None,
+    version: Annotated[
+        str | None, typer.Option(hidden=True, callback=checks.dataset_version, help="Old name of --dataset-version.")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Draw procedural street scenes (Cityscapes train ids) and a manifest, as the trainer reads.
@@ -75,6 +98,7 @@ def command(
     The defaults are the offline run's data set: `retrain train OUT` then learns it to an mIoU
     above 0.5 in about a minute on two cores."""
     width, height = parse_size(size)
+    checks.folder_to_write(out, "OUT")
     require("trainer", "synth", modules=("numpy",))
     from retrain.synth import default_version, write_scenes  # noqa: PLC0415 (numpy: not for `retrain --help`)
 

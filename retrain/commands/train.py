@@ -13,6 +13,8 @@ the trainer's log and any error then go to stderr.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -29,10 +31,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from functions.common.contracts import MetricsFile, dump_manifest, parse_manifest
+from functions.common.contracts import ManifestEntry, MetricsFile, dump_manifest, parse_manifest
 from functions.common.prefixes import IMAGES_DIR, LABELS_DIR
 from functions.validation import PairResult
 from retrain import labeled
+from retrain.commands.checks import finite, folder_to_write
 from retrain.commands.extras import require
 from retrain.commands.options import JsonOption, print_json
 from retrain.commands.validate import progress as validation_progress
@@ -96,11 +99,33 @@ def image_size(data_dir: Path, manifest: Path) -> str:
         raise typer.BadParameter(f"{manifest} is not a dataset manifest (JSON lines): {error}") from error
     if not entries:
         raise typer.BadParameter(f"{manifest} is empty")
+    return first_image_size(data_dir, entries)
+
+
+def first_image_size(data_dir: Path, entries: list[ManifestEntry]) -> str:
     try:
         with Image.open(data_dir / entries[0].image) as image:
             return f"{image.width}x{image.height}"
     except OSError as error:
         raise typer.BadParameter(f"cannot read {entries[0].image}, the manifest's first image: {error}") from error
+
+
+def check_trainer_flags(argv: list[str]) -> None:
+    """The flags the trainer will get, put through its own parser and checks here: a flag it
+    refuses (unknown, or a value such as --crop abc) would otherwise stop it only after OUT's
+    checkpoints were deleted. Exit 2 with the trainer's words."""
+    from trainer import build, flags  # noqa: PLC0415 (torch: `retrain train` alone needs it)
+
+    said = io.StringIO()
+    try:
+        # argparse prints its usage and the error, then exits: keep the error alone.
+        with contextlib.redirect_stderr(said):
+            args = flags.get_args_parser().parse_args(argv)
+        build.check_args(args)
+    except SystemExit as refused:
+        lines = said.getvalue().strip().splitlines()
+        reason = lines[-1].split("error: ", 1)[-1] if lines else str(refused.code)
+        fail(f"the trainer refuses these flags: {reason}; nothing in the --out folder was touched")
 
 
 def trainer_command(
@@ -125,6 +150,13 @@ def trainer_command(
         str(nproc),
         "-m",
         "trainer.train",
+        *trainer_flags(data_dir=data_dir, manifest=manifest, out=out, trainer_args=trainer_args),
+    ]
+
+
+def trainer_flags(*, data_dir: Path, manifest: Path, out: Path, trainer_args: list[str]) -> list[str]:
+    """What `python -m trainer.train` gets: its folders in `out`, then `trainer_args`."""
+    return [
         "--data-dir",
         str(data_dir),
         "--manifest",
@@ -169,11 +201,11 @@ def command(
     # The name this option had; `retrain local demo` calls its training processes --processes too.
     nproc: Annotated[int | None, typer.Option(min=1, hidden=True, help="Old name of --processes.")] = None,
     out: Annotated[Path, typer.Option(help="Where the model, metrics, checkpoints and logs go.")] = Path("runs/train"),
-    width: Annotated[float, typer.Option(min=0.05, help="BiSeNetV2 width multiplier.")] = 0.25,
+    width: Annotated[float, typer.Option(min=0.05, callback=finite, help="BiSeNetV2 width multiplier.")] = 0.25,
     manifest: Annotated[str | None, typer.Option(help="Manifest relative to DATA (default: the newest).")] = None,
     crop: Annotated[str | None, typer.Option(help="Training crop WIDTHxHEIGHT (default: the image size).")] = None,
     batch_size: Annotated[int, typer.Option(min=2, help="Images per process per step.")] = 4,
-    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 0.1,
+    lr: Annotated[float, typer.Option(min=0.0, callback=finite, help="Peak learning rate.")] = 0.1,
     seed: Annotated[int, typer.Option(help="Seed of the run.")] = 0,
     resume: Annotated[
         bool, typer.Option(help="Continue from checkpoints left in OUT instead of starting over.")
@@ -203,33 +235,30 @@ def command(
     processes = processes if nproc is None else nproc
     # Under --json everything said goes to stderr: stdout carries the document alone.
     console = Console(stderr=as_json)
+    # Every argument is checked before OUT is touched: a refused run must not cost the last
+    # run's checkpoints (deleted below unless --resume).
+    folder_to_write(out, "--out")
     out = out.resolve()
     dataset: labeled.FolderDataset | None = None
     if manifest is None and data.is_dir() and not newest_manifests(data) and labeled.is_labeled_folder(data):
         dataset = labeled_dataset(console, data, val_fraction, out)
         data_dir, manifest_path = data.resolve(), out / FOLDER_MANIFEST
+        crop = crop or first_image_size(data_dir, dataset.entries)
     else:
         if val_fraction is not None:
             fail("--val-fraction is for a labeled folder (images/ + labels/): a manifest's splits are frozen in it")
         data_dir, manifest_path = resolve_manifest(data, manifest)
         if not manifest_path.is_file():
             raise typer.BadParameter(f"no manifest at {manifest_path}")
-        # Read it now, before OUT is touched: a file that is not a manifest stops here.
+        # A file that is not a manifest stops here.
         crop = crop or image_size(data_dir, manifest_path)
-    if not resume:
-        # Otherwise the trainer would resume from the last run's checkpoints, by design.
-        shutil.rmtree(out / "checkpoints", ignore_errors=True)
-    for folder in ("model", "output", "checkpoints", "logs"):
-        (out / folder).mkdir(parents=True, exist_ok=True)
-    if dataset is not None:
-        manifest_path.write_text(dump_manifest(dataset.entries), encoding="utf-8")
     trainer_args = [
         "--epochs",
         str(epochs),
         "--width",
         str(width),
         "--crop",
-        crop or image_size(data_dir, manifest_path),
+        crop,
         "--batch-size",
         str(batch_size),
         "--lr",
@@ -250,9 +279,17 @@ def command(
         *(["--dataset-version", dataset.version] if dataset is not None else []),
         *ctx.args,
     ]
+    check_trainer_flags(trainer_flags(data_dir=data_dir, manifest=manifest_path, out=out, trainer_args=trainer_args))
     argv = trainer_command(
         nproc=processes, data_dir=data_dir, manifest=manifest_path, out=out, trainer_args=trainer_args
     )
+    if not resume:
+        # Otherwise the trainer would resume from the last run's checkpoints, by design.
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    for folder in ("model", "output", "checkpoints", "logs"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+    if dataset is not None:
+        manifest_path.write_text(dump_manifest(dataset.entries), encoding="utf-8")
     name = dataset.version if dataset is not None else manifest_path.name
     console.print(Text.assemble(("training", "bold"), f" on {name} with {processes} processes -> {out}"))
     console.print(" ".join(argv[1:]), style="dim", soft_wrap=True)

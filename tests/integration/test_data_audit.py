@@ -160,7 +160,7 @@ def test_a_claim_left_by_an_unfinished_erasure_is_named_and_a_purge_of_the_file_
     claim = data_stack.aws.dynamodb.get_item(
         TableName=table, Key={"pk": {"S": f"content#{sha}"}, "sk": {"S": "content"}}
     )
-    assert cli(data_stack, "purge", "gera/face").exit_code == 0
+    assert cli(data_stack, "purge", "--yes", "gera/face").exit_code == 0
     # An erasure cut short (or one made before erasures followed claims) left the claim behind.
     data_stack.aws.dynamodb.put_item(TableName=table, Item=claim["Item"])
 
@@ -169,7 +169,7 @@ def test_a_claim_left_by_an_unfinished_erasure_is_named_and_a_purge_of_the_file_
     assert code == 1
     assert found(report) == [("claim-of-erased-file", f"content#{sha} content")]
     assert "gera/images/face.jpg" in report["discrepancies"][0]["detail"]
-    purged = cli(data_stack, "purge", "incoming/gera/images/face.jpg")
+    purged = cli(data_stack, "purge", "--yes", "incoming/gera/images/face.jpg")
     assert purged.exit_code == 0, purged.output
     code, report = audited(data_stack, "--grace-seconds", "0")
     assert (code, found(report)) == (0, []), "the purge left the claim"

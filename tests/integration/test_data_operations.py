@@ -155,7 +155,7 @@ def test_an_erased_pair_is_gone_from_every_zone_version_manifest_and_the_ledger(
         data_stack.aws.s3.put_object(Bucket=data_stack.ref("DataBucket"), Key=key, Body=b"scene-0.jpg rejected")
 
     with operator_calls(monkeypatch) as calls:
-        result = cli(data_stack, "purge", image, "--json")
+        result = cli(data_stack, "purge", "--yes", image, "--json")
 
     assert result.exit_code == 0, result.output
     assert erasure_role_refusals(data_stack, calls) == [], "calls ErasureRole would be refused on AWS"
@@ -205,6 +205,7 @@ def test_a_rejected_pair_a_stray_file_and_a_copy_of_a_photo_elsewhere_are_erased
     result = cli(
         data_stack,
         "purge",
+        "--yes",
         "quarantine/b1/labels/plate.png.reason.json",
         "b1/face",
         "incoming/b1/face-notes.txt",
@@ -242,7 +243,7 @@ def test_a_refused_upload_left_in_the_landing_zone_is_erased_with_its_lone_reaso
     assert status_by_key(data_stack)["incoming/b1/images/face.jpg"] == "refused"
     assert status_by_key(data_stack)["incoming/b1/face-notes.txt"] == "refused"
 
-    result = cli(data_stack, "purge", "b1/face", "incoming/b1/face-notes.txt", "--json")
+    result = cli(data_stack, "purge", "--yes", "b1/face", "incoming/b1/face-notes.txt", "--json")
 
     assert result.exit_code == 0, result.output
     left = sorted(k for k, _ in versions(data_stack) if k.rpartition("/")[2].startswith("face"))
@@ -271,13 +272,13 @@ def test_an_image_replaced_after_curation_is_erased_with_the_claims_of_both_its_
     claimed = [sha for sha, key in claimants(data_stack).items() if key == "dresden/images/street.jpg"]
     assert len(claimed) == 2, f"each photo's bytes are claimed by the street: {claimed}"
 
-    result = cli(data_stack, "purge", "dresden/street", "--json")
+    result = cli(data_stack, "purge", "--yes", "dresden/street", "--json")
 
     assert result.exit_code == 0, result.output
     left = {sha: key for sha, key in claimants(data_stack).items() if key == "dresden/images/street.jpg"}
     assert left == {}, f"the erased street still claims these bytes: {left}"
     assert versions(data_stack, "dataset/images/dresden/") == set(), "a version of the photo is still there"
-    again = cli(data_stack, "purge", "dresden/street")
+    again = cli(data_stack, "purge", "--yes", "dresden/street")
     assert again.exit_code == 1 and "matched nothing" in again.output, again.output
 
     # Later the first photo comes back under another name: it is new data, not a copy of the erased one.
@@ -323,16 +324,16 @@ def test_keys_that_match_nothing_or_name_nothing_erasable_say_so_in_the_exit_cod
     drop(data_stack, "bonn", range(2))
     drain(data_stack)
 
-    some = cli(data_stack, "purge", "bonn/scene-0", "bonn/no-such-scene")
+    some = cli(data_stack, "purge", "--yes", "bonn/scene-0", "bonn/no-such-scene")
     assert some.exit_code == 1, some.output
     assert "matched nothing: bonn/no-such-scene" in some.output
     assert not [k for k, _ in versions(data_stack) if "/scene-0." in k], "the match was not erased"
 
-    again = cli(data_stack, "purge", "bonn/scene-0")
+    again = cli(data_stack, "purge", "--yes", "bonn/scene-0")
     assert again.exit_code == 1, f"a second purge of the same pair should match nothing: {again}"
 
     for unusable in ("dataset/manifests/x.jsonl", "reports/bonn/report.json", "scene-1"):
-        refused = cli(data_stack, "purge", unusable)
+        refused = cli(data_stack, "purge", "--yes", unusable)
         assert refused.exit_code == 2, f"{unusable}: {refused.output}"
     assert any("/scene-1." in k for k, _ in versions(data_stack)), "a refused purge erased data"
 
@@ -477,7 +478,7 @@ def test_a_purge_while_a_run_holds_the_lock_is_refused_and_changes_nothing(data_
     run = a_running_run(data_stack, "ulm", range(4))  # scene-3 lands in the validation split
     bucket_before, ledger_before = versions(data_stack), ledger_items(data_stack)
 
-    refused = cli(data_stack, "purge", "ulm/scene-1")
+    refused = cli(data_stack, "purge", "--yes", "ulm/scene-1")
 
     assert refused.exit_code == 1, refused.output
     for said in (f"run {run} holds the retraining lock", "nothing was changed", "retry after the run ends", "--wait"):
@@ -489,7 +490,7 @@ def test_a_purge_while_a_run_holds_the_lock_is_refused_and_changes_nothing(data_
     assert any(f"run {run} holds the retraining lock" in w for w in json.loads(dry.stdout)["warnings"])
 
     finish(data_stack, run)
-    erased = cli(data_stack, "purge", "ulm/scene-1")
+    erased = cli(data_stack, "purge", "--yes", "ulm/scene-1")
 
     assert erased.exit_code == 0, erased.output
     assert "images/ulm/scene-1.jpg" not in manifest_images(data_stack, run)
@@ -534,12 +535,12 @@ def test_a_lock_left_by_a_stopped_run_holds_a_purge_back_only_until_it_may_ask_s
     data_stack.aws.stepfunctions.stop_execution(executionArn=execution["executionArn"])
     wait_until(lambda: executions(data_stack)[0]["status"] == "ABORTED", message="the run stopped")
 
-    blind = cli(data_stack, "purge", "gotha/scene-0")
+    blind = cli(data_stack, "purge", "--yes", "gotha/scene-0")
     assert blind.exit_code == 1 and f"run {run} holds the retraining lock" in blind.output, blind.output
 
     told = CliRunner().invoke(
         app,
-        ["data", "purge", "gotha/scene-0"],
+        ["data", "purge", "--yes", "gotha/scene-0"],
         env={
             "DATA_BUCKET": data_stack.ref("DataBucket"),
             "LEDGER_TABLE": data_stack.ref("LedgerTable"),

@@ -296,7 +296,7 @@ def test_a_held_batch_purged_whole_is_gone_with_its_trust_item_and_pictures_and_
     assert ledger_of(data_stack).trust("munich") is not None, "a dry run forgot the batch's trust"
     assert versions(data_stack, "reports/batches/munich/fix/"), "a dry run erased the relabel list's picture"
 
-    result = cli(data_stack, "purge", "munich/", "--json")
+    result = cli(data_stack, "purge", "--yes", "munich/", "--json")
 
     assert result.exit_code == 0, result.output
     purged = json.loads(result.stdout)
@@ -320,9 +320,9 @@ def test_a_held_batch_purged_whole_is_gone_with_its_trust_item_and_pictures_and_
     code, report = audited(data_stack)
     assert (code, report["discrepancies"], report["checked"]["held_batches"]) == (0, [], 0), report
 
-    again = cli(data_stack, "purge", "munich/")
+    again = cli(data_stack, "purge", "--yes", "munich/")
     assert again.exit_code == 1 and "matched nothing: munich" in again.output, again.output
-    unknown = cli(data_stack, "purge", "no-such-drop/")
+    unknown = cli(data_stack, "purge", "--yes", "no-such-drop/")
     assert unknown.exit_code == 2 and "there is no batch no-such-drop" in unknown.output, unknown.output
 
 

@@ -79,3 +79,23 @@ def test_training_starts_from_the_accepted_model_in_the_model_channel(
         "the model file must not carry the training-only booster heads"
     )
     assert torch.equal(loaded["state_dict"]["head.2.weight"], model.state_dict()["head.2.weight"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--crop", "abc"], "--crop: expected WIDTHxHEIGHT"),
+        (["--base-size", "0x10"], "--base-size: a size must be positive"),
+        (["--lr", "-0.1"], "--lr must be at least 0"),
+        (["--weight-decay", "nan"], "--weight-decay must be at least 0"),
+        (["--width", "0"], "--width must be above 0"),
+        (["--scale-min", "2", "--scale-max", "1"], "need 0 < min <= max"),
+    ],
+)
+def test_flags_that_cannot_make_a_run_are_refused_before_any_work(flags: list[str], said: str) -> None:
+    from trainer.build import check_args  # noqa: PLC0415
+
+    folders = ["--data-dir", "d", "--model-dir", "m", "--output-data-dir", "o"]
+    check_args(get_args_parser().parse_args(folders))  # the defaults make a run
+    with pytest.raises(SystemExit, match=said):
+        check_args(get_args_parser().parse_args([*folders, *flags]))

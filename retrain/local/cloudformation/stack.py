@@ -570,6 +570,17 @@ def _offline_operators(
     return dict.fromkeys(wanted, caller)
 
 
+def check_parameters(options: StackOptions) -> None:
+    """Refuse (TemplateError) the overrides `start` would refuse, before anything starts: names the
+    template lacks, values CloudFormation would not take. The network's are filled in by `start`."""
+    declared = load_template(options.template).parameters
+    unknown = sorted(set(options.parameters) - set(declared))
+    if unknown:
+        raise TemplateError(f"the template has no parameter {', '.join(unknown)}")
+    for name, value in options.parameters.items():
+        _check_constraints(name, str(value), declared[name])
+
+
 def _parameters(declared: dict[str, dict[str, Any]], overrides: dict[str, str]) -> dict[str, str]:
     unknown = sorted(set(overrides) - set(declared))
     if unknown:
