@@ -7,7 +7,8 @@ an accelerator host,
 - each training process gets the cores it owns (`os.sched_getaffinity`, divided among the
   processes of this host) minus one for itself, as workers, and every worker runs one thread
   (PyTorch's and OpenCV's pools would otherwise multiply into the hundreds and thrash);
-- workers persist across epochs (no re-fork, no re-import per epoch) and keep batches in flight,
+- workers start from a fork server, never by forking the training process (`START_METHOD`), and
+  persist across epochs (no restart, no re-import per epoch) and keep batches in flight,
   about `QUEUED_BATCHES` per process whatever the worker count (and at least PyTorch's default of
   two per worker), so one slow batch is absorbed by the queue instead of stalling the step, while
   shared memory (`/dev/shm`, small in some containers) holds a bounded number of batches;
@@ -20,6 +21,7 @@ a worker could only take a core from the model.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import signal
 from collections.abc import Callable
@@ -30,6 +32,14 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 # Batches in flight per training process, over all its workers (see the module docstring).
 QUEUED_BATCHES = 8
+# How workers start. Not by fork: when the loaders start, the training process runs threads (the
+# profiler's sampler and rule threads, pin_memory's, NCCL's, OpenBLAS's), and a fork copies any
+# lock one of them holds at that instant, held forever in the worker. A worker deadlocked so
+# would stall the job while the heartbeats go on (Python 3.12 warns of it: "use of fork() may lead
+# to deadlocks"). A fork server is a fresh single-threaded process the workers are forked from
+# (each then imports torch itself, once, as workers persist); spawn where there is none. The
+# dataset and everything it holds therefore travel to the workers pickled (tests/trainer/test_loader.py).
+START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 def cores_available() -> int:
@@ -81,6 +91,7 @@ def make_loader(
     parallel: dict[str, Any] = (
         {
             "persistent_workers": True,
+            "multiprocessing_context": START_METHOD,
             "prefetch_factor": prefetch_factor or default_prefetch_factor(workers),
             "worker_init_fn": worker_init,
         }

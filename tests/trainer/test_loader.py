@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import random
 import sys
 import types
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 import torch
 from PIL import Image
+from torch.utils.data import DataLoader
 
 from retrain.synth import default_version, write_scenes
+from trainer.checksums import CHECKED
 from trainer.data import (
     IGNORE_INDEX,
     Augment,
@@ -32,6 +37,7 @@ from trainer.decode import (
     reduction,
 )
 from trainer.loader import default_prefetch_factor, default_workers, make_loader
+from trainer.profiling.monitor import SystemMonitor
 
 # Class colours far apart, so a decoded pixel's nearest colour names its class despite JPEG.
 PALETTE = np.array(
@@ -194,6 +200,66 @@ def test_workers_hand_over_the_very_batches_the_training_process_would_make(
     assert all(torch.equal(a, b) for a, b in zip(in_process, in_workers, strict=True)), (
         "augmentation must not depend on which process decodes a sample"
     )
+
+
+def _scenes(root: Path, *, verify: bool = False) -> SegmentationDataset:
+    write_scenes(root, count=8, size=(64, 32), seed=3)
+    entries = read_manifest(root / "manifests" / f"{default_version(3, 8, (64, 32))}.jsonl")
+    return SegmentationDataset(
+        root, entries, Augment(crop=(48, 24)), decoder=ImageDecoder(pick_decoder("auto")), verify=verify
+    )
+
+
+def test_workers_start_from_a_fork_server_not_by_forking_the_training_process(tmp_path: Path) -> None:
+    dataset = _scenes(tmp_path, verify=True)
+    loader = make_loader(dataset, batch_size=2, sampler=[(i, i) for i in range(8)], workers=2, pin_memory=False)
+    assert loader.multiprocessing_context.get_start_method() == "forkserver"
+    assert loader.persistent_workers
+    batches = iter(loader)
+    next(batches)
+    workers = batches._workers  # type: ignore[attr-defined]
+    parents = {psutil.Process(worker.pid).ppid() for worker in workers}
+    assert len(workers) == 2 and os.getpid() not in parents, "a worker was forked from the training process"
+    # In the training process: no worker, so no fork server either.
+    in_process = make_loader(dataset, batch_size=2, sampler=[(0, 0)], workers=0, pin_memory=False)
+    assert in_process.multiprocessing_context is None
+
+
+def test_what_the_workers_get_travels_pickled_and_comes_back_whole(tmp_path: Path) -> None:
+    # The training loaders' dataset (with its shared checksum table), and the screening loader's.
+    from trainer.screening.screener import _as_list, _Indexed  # noqa: PLC0415
+
+    dataset = _scenes(tmp_path, verify=True)
+    subset = _Indexed(dataset, [5, 2, 7])
+    loader = make_loader(subset, batch_size=3, sampler=list(range(3)), workers=2, pin_memory=False, collate_fn=_as_list)
+    ((first, image, label), *rest) = next(iter(loader))
+    assert [first, *(item[0] for item in rest)] == [5, 2, 7]
+    assert torch.equal(image, dataset[5][0]) and torch.equal(label, dataset[5][1])
+    assert dataset.checksums is not None
+    assert int(dataset.checksums.flags[5]) == CHECKED, "a worker's verdict did not reach the training process"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="Python 3.12 is the first to warn of fork() with threads")
+def test_loader_workers_start_without_forking_a_process_whose_threads_run(tmp_path: Path) -> None:
+    dataset = _scenes(tmp_path)
+    # The profiler's sampler runs, as in every training run when the loaders start.
+    sampler = SystemMonitor(tmp_path / "profile", node="algo-1", interval_ms=100, pids=[os.getpid()], gpus=False)
+    sampler.start()
+    try:
+        with warnings.catch_warnings(record=True) as forked:
+            warnings.simplefilter("always")
+            # What the warning looks like: a loader that forks the training process.
+            next(
+                iter(DataLoader(dataset, batch_size=2, sampler=[(0, 0)], num_workers=1, multiprocessing_context="fork"))
+            )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader = make_loader(dataset, batch_size=2, sampler=[(i, i) for i in range(8)], workers=2, pin_memory=False)
+            assert len(list(loader)) == 4
+    finally:
+        sampler.stop()
+    assert any("fork()" in str(warning.message) for warning in forked), [str(w.message) for w in forked]
+    assert not [str(w.message) for w in caught if "fork()" in str(w.message)]
 
 
 @pytest.mark.parametrize(

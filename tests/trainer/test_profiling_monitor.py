@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from retrain.synth import write_scenes
+from trainer.data import Augment, SegmentationDataset, read_manifest
+from trainer.loader import make_loader
 from trainer.profiling import monitor
 from trainer.profiling.jsonl import JsonlTail
 from trainer.profiling.monitor import SystemMonitor, check_interval, parse_nvidia_smi
@@ -75,6 +79,26 @@ def test_data_loader_workers_are_the_training_processes_children(tmp_path: Path)
     assert counts and counts[0] >= 1, f"the child process was not counted: {records}"
     training = [r["Value"] for r in records if r["Dimension"] == "TrainingProcesses"]
     assert training == [1], "this process is the one training process here"
+
+
+def test_loader_workers_are_counted_and_the_fork_server_they_start_from_is_not(tmp_path: Path) -> None:
+    write_scenes(tmp_path / "scenes", count=8, size=(64, 32), seed=3)
+    entries = read_manifest(next((tmp_path / "scenes" / "manifests").glob("*.jsonl")))
+    dataset = SegmentationDataset(tmp_path / "scenes", entries, Augment(crop=(48, 24)))
+    gc.collect()  # earlier tests' loaders, and their workers, gone
+    loader = make_loader(dataset, batch_size=2, sampler=[(i, i) for i in range(8)], workers=2, pin_memory=False)
+    batches = iter(loader)
+    next(batches)  # the workers, the fork server and multiprocessing's resource tracker run now
+    sampler = SystemMonitor(tmp_path, node="algo-1", interval_ms=500, pids=[os.getpid()], gpus=False)
+    sampler.start()
+    try:
+        sampler.sample()
+        records = sampler.sample()
+    finally:
+        sampler.stop()
+        del batches
+    counts = [r["Value"] for r in records if r["Dimension"] == "DataLoaderWorkers"]
+    assert counts == [2], f"the loader has 2 workers: {records}"
 
 
 def test_without_psutil_cpu_and_memory_come_from_proc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,8 +14,9 @@ GPU, `I/OWaitPercentage`) are written exactly so; what Debugger learns from its 
 profiler instead (data-loader processes) and what it has no record for (memory, disk, network)
 gets dimensions of our own, with the same shape:
 
-- `DataLoaderWorkersCPUUtilization` (percent of one core, summed over the workers: children of
-  the training processes), `DataLoaderWorkers` (how many there are) and `TrainingProcesses`
+- `DataLoaderWorkersCPUUtilization` (percent of one core, summed over the workers: descendants of
+  the training processes, but for multiprocessing's fork server and resource tracker; the workers
+  are the fork server's children), `DataLoaderWorkers` (how many there are) and `TrainingProcesses`
   (how many training processes this host runs; each iterates its loader);
 - `MemoryUtilization` (percent of RAM in use);
 - `DiskReadBytesPerSecond`, `DiskWriteBytesPerSecond`, `NetworkReceiveBytesPerSecond`,
@@ -236,6 +237,7 @@ class SystemMonitor:
         self._last_cpu: dict[str, CpuTimes] = {}
         self._last_io: tuple[float, dict[str, float]] | None = None
         self._processes: dict[int, Any] = {}
+        self._helpers: dict[int, bool] = {}  # pid -> whether it is a multiprocessing helper
         # What sampling itself cost: CPU seconds of the sampling thread, and samples taken.
         self.cpu_seconds = 0.0
         self.samples = 0
@@ -372,6 +374,7 @@ class SystemMonitor:
             return None
         pids = self._pids if self._pids is not None else training_pids()
         seen: dict[int, Any] = {}
+        helpers: dict[int, bool] = {}
         alive = 0
         for pid in pids:
             try:
@@ -380,8 +383,12 @@ class SystemMonitor:
                 continue
             alive += 1
             for child in children:
-                # Keep the Process objects: cpu_percent() measures since the previous call.
-                seen[child.pid] = self._processes.get(child.pid, child)
+                known = self._helpers.get(child.pid)
+                helpers[child.pid] = _multiprocessing_helper(child, pids) if known is None else known
+                if not helpers[child.pid]:
+                    # Keep the Process objects: cpu_percent() measures since the previous call.
+                    seen[child.pid] = self._processes.get(child.pid, child)
+        self._helpers = helpers
         total = 0.0
         for process in seen.values():
             try:
@@ -390,3 +397,19 @@ class SystemMonitor:
                 continue
         self._processes = seen
         return len(seen), round(total, 2), alive
+
+
+# How multiprocessing starts its helpers (`python -c "from multiprocessing.<module> import main; ..."`).
+_HELPER_COMMANDS = ("from multiprocessing.forkserver import main", "from multiprocessing.resource_tracker import main")
+
+
+def _multiprocessing_helper(process: Any, training: Sequence[int]) -> bool:
+    """A training process's fork server (`loader.START_METHOD`) or resource tracker: no loader
+    worker. The workers, forked from the fork server, share its command line but not its parent."""
+    try:
+        if process.ppid() not in training:
+            return False
+        command = " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+    return any(helper in command for helper in _HELPER_COMMANDS)
