@@ -125,7 +125,7 @@ def role_refusals(stack: OfflineStack, calls: list[Call], logical_id: str) -> li
     bucket_policy = iam.resource_policy(
         resolver.resolve(body["Resources"]["DataBucketPolicy"]["Properties"])["PolicyDocument"]
     )
-    role = f"arn:aws:iam::{ACCOUNT_ID}:role/{stack.options.stack_name}-{logical_id}-1A2B3C4D5E6F"
+    role = str(resolver.resolve({"Fn::GetAtt": [logical_id, "Arn"]}))  # its RoleName, as deployed
     key = stack.resource("DataKey").attributes["Arn"]
     refused = {
         f"{call.service}.{call.operation} needs {need}"
