@@ -60,8 +60,8 @@ def test_every_role_has_a_name_of_its_stack_that_fits_iams_limit(body: dict[str,
     names = {}
     for logical_id, role in roles(body).items():
         name = role["Properties"].get("RoleName")
-        assert name == {"Fn::Sub": name["Fn::Sub"]} if isinstance(name, dict) else False, (
-            f"{logical_id}: no RoleName, so CloudFormation makes one up and policies can only guess it"
+        assert isinstance(name, dict) and set(name) == {"Fn::Sub"}, (
+            f"{logical_id}: no RoleName of its stack, so CloudFormation makes one up and policies guess it"
         )
         assert name["Fn::Sub"].startswith("${AWS::StackName}-"), f"{logical_id}: {name}"
         names[logical_id] = name["Fn::Sub"].replace("${AWS::StackName}", "s" * MAX_STACK_NAME_LENGTH)
